@@ -1,0 +1,175 @@
+"""Image canonicalizers: the paper's shallow G-CNN (§4.1, §5.1, Appendix I) and the PCA baseline.
+
+Both return a :class:`~canonical_network.groups.image.PlanarElement` and the input mapped by its inverse,
+so that ``CanonicalizedModel`` turns any image backbone into a rotation (and optionally reflection)
+invariant classifier.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from canonical_network.canonicalization.base import Canonicalizer
+from canonical_network.groups.image import PlanarElement, act_inverse, element_angles_deg
+from canonical_network.utils.checks import check_int_range
+
+
+class GCNNCanonicalizer(Canonicalizer):
+    """CN(pN): a shallow G-CNN built with escnn that scores every element of C_N (or D_N).
+
+    Architecture (paper §5.1): a lifting convolution from the image to ``hidden_channels`` regular fields
+    of the group, with an image-sized kernel by default, then ``num_layers - 1`` blocks of ReLU + 1×1 group
+    convolution. The feature map is averaged over fields and pixels into one score per group element
+    (Appendix I); the chosen element is the argmax. In training, the straight-through estimator
+    (Bengio et al. 2013) passes the gradient of the soft-max weights to the chosen angle, so the scores are
+    learned end to end; in eval the choice is a hard argmax (the forward values are the same in both).
+
+    Equivariance: for g in the group acting exactly on the pixel grid (multiples of 90°, the horizontal
+    flip), the scores are permuted by g, hence h(g·x) = g·h(x) and the canonical image h(x)⁻¹·x is the same
+    for x and g·x. For other angles the image rotation interpolates, so the equivariance is approximate.
+
+    Args:
+        num_rotations: N, the order of the rotation group (``canonicalization.num_rotations`` ≥ 1).
+        reflection: use D_N (rotations and the horizontal flip) instead of C_N.
+        num_layers: 1 lifting layer + (num_layers − 1) 1×1 group convolutions, in [1, 3] (paper Table 6).
+        kernel_size: lifting kernel size; ``null``/None means image-sized (the paper's choice).
+        hidden_channels: number of regular fields per layer.
+        image_size: side of the (square) input images.
+        in_channels: image channels.
+        frequencies_cutoff: escnn's band limit for the lifting kernel basis; lowers the memory needed to
+            build large groups (N = 64) at the price of smoother filters. ``None`` uses escnn's default.
+        freeze: keep the weights at initialisation (the paper's "CN(p4 & frozen)").
+    """
+
+    def __init__(
+        self,
+        num_rotations: int = 4,
+        reflection: bool = False,
+        num_layers: int = 3,
+        kernel_size: int | None = None,
+        hidden_channels: int = 8,
+        image_size: int = 28,
+        in_channels: int = 1,
+        frequencies_cutoff: float | None = None,
+        freeze: bool = False,
+    ) -> None:
+        super().__init__(freeze=freeze)
+        check_int_range("canonicalization.num_rotations", num_rotations, low=1)
+        check_int_range("canonicalization.num_layers", num_layers, low=1, high=3)
+        check_int_range("canonicalization.image_size", image_size, low=1)
+        kernel_size = image_size if kernel_size is None else kernel_size
+        check_int_range("canonicalization.kernel_size", kernel_size, low=1, high=image_size)
+        check_int_range("canonicalization.hidden_channels", hidden_channels, low=1)
+        check_int_range("canonicalization.in_channels", in_channels, low=1)
+
+        from escnn import gspaces
+        from escnn import nn as enn
+
+        from canonical_network.utils.escnn_compat import patch_escnn
+
+        patch_escnn()
+        self.num_rotations = int(num_rotations)
+        self.reflection = bool(reflection)
+        self.group_name = f"{'D' if reflection else 'C'}{num_rotations}"
+        gspace = gspaces.flipRot2dOnR2(num_rotations) if reflection else gspaces.rot2dOnR2(num_rotations)
+        self.in_type = enn.FieldType(gspace, in_channels * [gspace.trivial_repr])
+        hidden_type = enn.FieldType(gspace, hidden_channels * [gspace.regular_repr])
+        # Valid (unpadded) convolution: with an image-sized kernel the output is one pixel, so no border
+        # effect can break the symmetry, and averaging over space is cheap.
+        layers: list[nn.Module] = [
+            enn.R2Conv(self.in_type, hidden_type, kernel_size=kernel_size, padding=0,
+                       frequencies_cutoff=frequencies_cutoff)
+        ]
+        for _ in range(num_layers - 1):
+            layers += [enn.ReLU(hidden_type), enn.R2Conv(hidden_type, hidden_type, kernel_size=1)]
+        self.network = enn.SequentialModule(*layers)
+        self.group_order = gspace.fibergroup.order()
+        angles, reflect = element_angles_deg(num_rotations, reflection)
+        self.register_buffer("element_angle_deg", angles, persistent=False)
+        self.register_buffer("element_reflect", reflect, persistent=False)
+        self.finish_init()
+
+    def scores(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) images → (B, |G|) one score per group element, permuted by the group action."""
+        from escnn import nn as enn
+
+        features = self.network(enn.GeometricTensor(images, self.in_type)).tensor
+        b, _, h, w = features.shape
+        # Regular fields are stored as (field, group element) along the channel axis.
+        return features.view(b, -1, self.group_order, h, w).mean(dim=(1, 3, 4))
+
+    def canonicalize(self, images: torch.Tensor):
+        scores = self.scores(images)
+        index = scores.argmax(dim=-1)
+        weights = F.one_hot(index, self.group_order).to(scores.dtype)
+        if self.training and torch.is_grad_enabled():
+            soft = scores.softmax(dim=-1)
+            weights = weights + soft - soft.detach()  # straight-through: hard forward, soft backward
+        g = PlanarElement(
+            angle_deg=weights @ self.element_angle_deg.to(scores.dtype),
+            reflect=weights @ self.element_reflect.to(scores.dtype),
+            index=index,
+        )
+        return act_inverse(images, g), g
+
+    def group_element_index(self, group_element: PlanarElement) -> torch.Tensor:
+        return group_element.index
+
+
+class PCACanonicalizer(Canonicalizer):
+    """CN(PCA): orient each image by the principal axis of its intensity (paper §5.1), no parameters.
+
+    The axis is the leading eigenvector of the intensity-weighted covariance of pixel coordinates; its sign
+    is fixed so that the third moment (skew) of the mass along it is positive, which makes the choice
+    rotation-covariant: rotating the image by θ rotates the axis by θ. The canonical image has that axis
+    pointing up. Computed in closed form for the whole batch (no per-sample loop).
+
+    Equivariance holds up to pixel interpolation; images whose mass is isotropic (e.g. blank) have no
+    defined axis and get angle 0 — finite, never NaN.
+
+    Args:
+        threshold: pixels below this intensity (inputs in [0, 1]) are ignored, so faint interpolation halos
+            do not tilt the axis.
+    """
+
+    group_name = "SO2"
+
+    def __init__(self, threshold: float = 0.2, freeze: bool = False) -> None:
+        super().__init__(freeze=freeze)
+        if not 0.0 <= float(threshold) < 1.0:
+            raise ValueError(f"canonicalization.threshold must be in [0, 1); got {threshold!r}")
+        self.threshold = float(threshold)
+        self.finish_init()
+
+    def principal_angle_deg(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) → (B,) angle (deg, counter-clockwise from the +x axis) of the oriented principal axis."""
+        with torch.no_grad():
+            mass = images.sum(dim=1)
+            mass = torch.where(mass >= self.threshold, mass, torch.zeros_like(mass))  # (B, H, W)
+            h, w = mass.shape[-2:]
+            rows = torch.arange(h, device=images.device, dtype=images.dtype)
+            cols = torch.arange(w, device=images.device, dtype=images.dtype)
+            # Display coordinates: x to the right, y up, origin at the image centre.
+            y = ((h - 1) / 2 - rows).view(1, h, 1)
+            x = (cols - (w - 1) / 2).view(1, 1, w)
+            total = mass.sum(dim=(1, 2)).clamp_min(1e-8)
+            mx = (mass * x).sum(dim=(1, 2)) / total
+            my = (mass * y).sum(dim=(1, 2)) / total
+            dx = x - mx.view(-1, 1, 1)
+            dy = y - my.view(-1, 1, 1)
+            cxx = (mass * dx * dx).sum(dim=(1, 2)) / total
+            cyy = (mass * dy * dy).sum(dim=(1, 2)) / total
+            cxy = (mass * dx * dy).sum(dim=(1, 2)) / total
+            axis = 0.5 * torch.atan2(2 * cxy, cxx - cyy)  # leading eigenvector's angle, defined mod π
+            u = dx * axis.cos().view(-1, 1, 1) + dy * axis.sin().view(-1, 1, 1)
+            skew = (mass * u**3).sum(dim=(1, 2))
+            axis = torch.where(skew < 0, axis + torch.pi, axis)
+        return torch.rad2deg(axis)
+
+    def canonicalize(self, images: torch.Tensor):
+        # Rotating by (axis − 90°)⁻¹ brings the oriented axis to +y ("up").
+        angle = self.principal_angle_deg(images) - 90.0
+        g = PlanarElement(angle_deg=angle, reflect=torch.zeros_like(angle))
+        return act_inverse(images, g), g

@@ -1,0 +1,166 @@
+"""The N-body canonicalizer of §5.2: a Vector Neuron Deep Sets network that outputs an element of E(3).
+
+Paper §4.1 ("Point Cloud Input") splits ``h(x) = (h^O(x), h^t(x))``: ``h^O`` must be O(3)-equivariant and
+translation invariant, ``h^t`` E(3)-equivariant. Here
+
+* every particle gets the Vector Neuron feature ``[x_i − x̄, q_i (x_i − x̄), v_i, q_i v_i]`` (4 channels):
+  positions centred on the centroid ``x̄`` (translation invariant), velocities (translations do not act on
+  them), and the invariant charge ``q_i`` entering as a scalar factor — scaling a vector by an invariant
+  keeps it equivariant and lets the network tell the charges apart;
+* ``num_layers`` VN Deep Sets layers (Appendix G.2: two layers, hidden dimension 32),
+  ``y_i = VN-ReLU(W_self x_i + W_pool mean_j x_j)`` followed by vector dropout and, when the widths match,
+  a residual connection; all maps are O(3)-equivariant and permutation-equivariant;
+* a mean over particles and a VN linear read-out give four vectors: three orthonormalised by
+  :func:`~canonical_network.groups.euclidean.gram_schmidt` (its O(3) form: reflections are symmetries of the
+  dynamics, so ``R`` may have determinant −1) and a learned offset ``o`` with ``t = x̄ + o``. With
+  ``translation="centroid"`` (the "CN-GNN-O(3)" row of the §5.2 table), ``t = x̄``.
+
+Under ``g = (Q, s)``: ``R ↦ Q R`` and ``t ↦ Q t + s``, so the canonical inputs ``(x − t) R`` and ``v R`` are
+invariant and ``invert(f(...), h(x)) = f(...) Rᵀ + t`` is E(3)-equivariant whatever the predictor ``f``.
+
+Dropout (Appendix G.2: ``p = 0.5``) drops whole vectors
+(:class:`~canonical_network.nn.vector_neurons.VNDropout`), so even in training mode the canonicalizer is
+exactly equivariant for a given dropout mask.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from canonical_network.canonicalization.base import Canonicalizer
+from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt
+from canonical_network.nn.vector_neurons import VNDropout, VNLinear, vn_leaky_relu, vn_mean_pool
+
+TRANSLATIONS = ("learned", "centroid")
+
+
+def _check_int(key: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{key} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _check_fraction(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) < 1.0:
+        raise ValueError(f"{key} must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+class VNDeepSetsLayer(nn.Module):
+    """One VN Deep Sets layer on ``(B, C_in, 3, N)`` → ``(B, C_out, 3, N)``.
+
+    ``y_i = σ(W_self x_i + W_pool mean_j x_j)`` with the VN leaky ReLU ``σ`` along a learned direction of the
+    pre-activation, then vector dropout, then ``+ x_i`` if ``C_in = C_out``. Equivariance: O(3) and
+    permutations of the particles.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, negative_slope: float, dropout: float) -> None:
+        super().__init__()
+        self.self_map = VNLinear(in_channels, out_channels)
+        self.pool_map = VNLinear(in_channels, out_channels)
+        self.direction = VNLinear(out_channels, out_channels)
+        self.dropout = VNDropout(dropout)
+        self.negative_slope = negative_slope
+        self.residual = in_channels == out_channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pre = self.self_map(x) + self.pool_map(vn_mean_pool(x, -1, keepdim=True))
+        out = self.dropout(vn_leaky_relu(pre, self.direction(pre), self.negative_slope))
+        return out + x if self.residual else out
+
+
+class VNDeepSetsCanonicalizer(Canonicalizer):
+    """``h(loc, vel, charges) = (R, t) ∈ E(3)`` for the N-body task (paper §5.2, Appendix G.2).
+
+    Args:
+        hidden_dim: VN channels of the hidden layers (Appendix G.2: 32).
+        num_layers: VN Deep Sets layers before pooling (Appendix G.2: 2).
+        dropout: probability of dropping a whole hidden vector (Appendix G.2: 0.5).
+        translation: "learned" (``t = x̄ + o(x)``, the "CN-GNN" rows) or "centroid" (``t = x̄``,
+            "CN-GNN-O(3)").
+        negative_slope: of the VN leaky ReLU; 0 (VN-ReLU) as in the authors' public N-body configuration.
+        freeze: keep the initial weights (the "CN-GNN (frozen)" row).
+
+    Inputs of :meth:`canonicalize`: ``loc`` ``(B, N, 3)``, ``vel`` ``(B, N, 3)``, ``charges`` ``(B, N, 1)``.
+    """
+
+    group_name = "E(3)"
+
+    def __init__(
+        self,
+        hidden_dim: int = 32,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        translation: str = "learned",
+        negative_slope: float = 0.0,
+        freeze: bool = False,
+    ) -> None:
+        super().__init__(freeze=freeze)
+        hidden_dim = _check_int("hidden_dim", hidden_dim, 1)
+        num_layers = _check_int("num_layers", num_layers, 1)
+        dropout = _check_fraction("dropout", dropout)
+        negative_slope = _check_fraction("negative_slope", negative_slope)
+        if translation not in TRANSLATIONS:
+            raise ValueError(f"translation must be one of {list(TRANSLATIONS)}, got {translation!r}")
+        self.translation = translation
+        self.hidden_dim = hidden_dim
+        self.num_layers = num_layers
+
+        in_channels = 4  # x − x̄, q (x − x̄), v, q v
+        widths = [in_channels] + [hidden_dim] * num_layers
+        self.layers = nn.ModuleList(
+            VNDeepSetsLayer(c_in, c_out, negative_slope, dropout)
+            for c_in, c_out in zip(widths, widths[1:], strict=False)
+        )
+        # three frame vectors, plus the translation offset when it is learned
+        self.readout = VNLinear(hidden_dim, 4 if translation == "learned" else 3)
+        self.finish_init()
+
+    @staticmethod
+    def _check_inputs(loc: torch.Tensor, vel: torch.Tensor, charges: torch.Tensor) -> torch.Tensor:
+        if loc.dim() != 3 or loc.shape[-1] != 3 or vel.shape != loc.shape:
+            raise ValueError(
+                f"loc and vel must both have shape (B, N, 3), got {tuple(loc.shape)} and {tuple(vel.shape)}"
+            )
+        if charges.dim() == 2:
+            charges = charges.unsqueeze(-1)
+        if charges.shape != loc.shape[:2] + (1,):
+            raise ValueError(f"charges must have shape (B, N, 1), got {tuple(charges.shape)}")
+        return charges
+
+    def frame_vectors(
+        self, loc: torch.Tensor, vel: torch.Tensor, charges: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The raw network outputs: ``(vectors (B, 3 or 4, 3), centroid (B, 3))``; rows are vectors."""
+        charges = self._check_inputs(loc, vel, charges)
+        centroid = loc.mean(dim=1)  # (B, 3)
+        centred = loc - centroid.unsqueeze(1)
+        features = torch.stack([centred, charges * centred, vel, charges * vel], dim=1)  # (B, 4, N, 3)
+        x = features.transpose(2, 3)  # (B, 4, 3, N): VN layout
+        for layer in self.layers:
+            x = layer(x)
+        return self.readout(vn_mean_pool(x, -1)), centroid
+
+    def group_element(
+        self, loc: torch.Tensor, vel: torch.Tensor, charges: torch.Tensor
+    ) -> EuclideanTransform:
+        """``h(x) = (R (B, 3, 3), t (B, 3))``; the columns of ``R`` are the learned frame axes."""
+        vectors, centroid = self.frame_vectors(loc, vel, charges)
+        rotation = gram_schmidt(vectors[:, :3].transpose(1, 2), "O3")
+        translation = centroid + vectors[:, 3] if self.translation == "learned" else centroid
+        return EuclideanTransform(rotation, translation)
+
+    def canonicalize(
+        self, loc: torch.Tensor, vel: torch.Tensor, charges: torch.Tensor
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], EuclideanTransform]:
+        """``((loc − t) R, vel R, charges), (R, t)``: the system seen in its learned frame."""
+        g = self.group_element(loc, vel, charges)
+        return (g.inverse_on_points(loc), g.inverse_on_vectors(vel), charges), g
+
+    def invert(self, output: torch.Tensor, group_element: EuclideanTransform) -> torch.Tensor:
+        """Predicted positions ``(B, N, 3)`` back to the input frame: ``pred Rᵀ + t``."""
+        return group_element.apply_to_points(output)
+
+
+__all__ = ["TRANSLATIONS", "VNDeepSetsCanonicalizer", "VNDeepSetsLayer"]

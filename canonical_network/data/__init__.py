@@ -1,0 +1,1 @@
+"""Datasets and LightningDataModules: rotated MNIST, N-body, point clouds."""

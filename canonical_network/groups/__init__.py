@@ -1,0 +1,1 @@
+"""Group elements and their actions on the inputs of each task."""

@@ -1,0 +1,72 @@
+"""Planar rotations and reflections acting on images (the pnm groups of paper §4.1, "Image Input").
+
+Conventions, shared by every image canonicalizer, the data pipeline and the tests:
+
+* An angle is in degrees, counter-clockwise as the image is displayed (row 0 at the top). Rotating by
+  +90° equals ``torch.rot90(images, 1, dims=(-2, -1))``, which is exact on the pixel grid.
+* The reflection is the horizontal flip (``images.flip(-1)``).
+* A group element acts as  g·x = rotate(flip^r(x), angle): reflect first, then rotate. This is escnn's
+  convention for ``flipRot2dOnR2`` with its element (r, k) = rotation by k·360°/N after flip^r, so the
+  index of a G-CNN's regular feature maps to an element without any reordering.
+
+Rotations go through kornia's bilinear ``rotate`` about the image centre; it is differentiable with
+respect to the angle, which the straight-through estimator of Appendix I relies on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import kornia
+import torch
+
+
+def rotate_deg(images: torch.Tensor, angle_deg: torch.Tensor | float) -> torch.Tensor:
+    """Rotate (B, C, H, W) images counter-clockwise by ``angle_deg`` (scalar or (B,)) about their centre."""
+    if not torch.is_tensor(angle_deg):
+        angle_deg = torch.full((images.shape[0],), float(angle_deg), device=images.device)
+    angle_deg = angle_deg.to(device=images.device, dtype=images.dtype).expand(images.shape[0])
+    return kornia.geometry.transform.rotate(images, angle_deg, mode="bilinear", padding_mode="zeros")
+
+
+@dataclass
+class PlanarElement:
+    """A batch of elements of C_N or D_N acting on images.
+
+    Attributes:
+        angle_deg: (B,) rotation angle in degrees; carries the straight-through gradient in training.
+        reflect: (B,) 1.0 where the element includes the horizontal flip, else 0.0 (float so that the
+            straight-through gradient can flow through it as well).
+        index: (B,) int64 index of the element in escnn's ordering (reflect · N + k), or ``None`` for
+            continuous canonicalizers such as PCA.
+    """
+
+    angle_deg: torch.Tensor
+    reflect: torch.Tensor
+    index: torch.Tensor | None = None
+
+
+def _blend_flip(images: torch.Tensor, reflect: torch.Tensor) -> torch.Tensor:
+    # reflect is exactly 0 or 1 in the forward pass; blending keeps its straight-through gradient.
+    r = reflect.to(images.dtype).view(-1, 1, 1, 1)
+    return (1.0 - r) * images + r * images.flip(-1)
+
+
+def act(images: torch.Tensor, g: PlanarElement) -> torch.Tensor:
+    """g · images for (B, C, H, W) images: flip (if g reflects), then rotate by g's angle."""
+    return rotate_deg(_blend_flip(images, g.reflect), g.angle_deg)
+
+
+def act_inverse(images: torch.Tensor, g: PlanarElement) -> torch.Tensor:
+    """g⁻¹ · images: rotate back by g's angle, then undo the flip."""
+    return _blend_flip(rotate_deg(images, -g.angle_deg), g.reflect)
+
+
+def element_angles_deg(num_rotations: int, reflection: bool, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Angle (deg) and reflection flag of every element of C_N (N elements) or D_N (2N), in escnn order."""
+    angles = torch.arange(num_rotations, device=device, dtype=torch.float32) * (360.0 / num_rotations)
+    reflect = torch.zeros(num_rotations, device=device)
+    if reflection:
+        angles = torch.cat([angles, angles])
+        reflect = torch.cat([reflect, torch.ones(num_rotations, device=device)])
+    return angles, reflect

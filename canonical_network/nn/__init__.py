@@ -1,0 +1,1 @@
+"""Layers shared by canonicalizers and predictors: Vector Neurons, kNN graphs, message passing helpers."""

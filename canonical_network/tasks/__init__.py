@@ -1,0 +1,1 @@
+"""LightningModules, one per task family: losses, metrics and logging around a CanonicalizedModel."""

@@ -1,0 +1,61 @@
+"""Callbacks that show what the canonicalizer learned."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from lightning import Callback, LightningModule, Trainer
+
+log = logging.getLogger(__name__)
+
+
+class CanonicalizedImageGrid(Callback):
+    """At every validation, log a grid of validation images: originals (top rows) above canonicalized ones.
+
+    The images are a fixed set of ``num_images`` validation digits, so successive epochs are comparable.
+    Saved as ``<run dir>/canonicalized/epoch_XXXX.png`` and, when a W&B logger is attached, logged to W&B
+    under ``val/canonicalized``.
+    """
+
+    def __init__(self, num_images: int = 16, output_dir: str | None = None) -> None:
+        self.num_images = num_images
+        self.output_dir = output_dir
+        self._images: torch.Tensor | None = None
+
+    def _fixed_images(self, trainer: Trainer) -> torch.Tensor | None:
+        if self._images is None:
+            dm = trainer.datamodule
+            if dm is None:
+                return None
+            images = []
+            for batch in dm.val_dataloader():
+                images.append(batch[0])
+                if sum(len(x) for x in images) >= self.num_images:
+                    break
+            # Validation shows each digit under several rotations: take every view of the first digits.
+            self._images = torch.cat(images)[: self.num_images]
+        return self._images
+
+    @torch.no_grad()
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero or not hasattr(pl_module, "network"):
+            return
+        images = self._fixed_images(trainer)
+        if images is None:
+            return
+        import torchvision
+
+        was_training = pl_module.training
+        pl_module.eval()
+        canonical = pl_module.network.canonicalize(images.to(pl_module.device))[0][0].cpu()
+        pl_module.train(was_training)
+        nrow = min(8, len(images))
+        grid = torchvision.utils.make_grid(torch.cat([images, canonical]).clamp(0, 1), nrow=nrow, pad_value=0.5)
+        out_dir = Path(self.output_dir or trainer.default_root_dir) / "canonicalized"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        torchvision.utils.save_image(grid, out_dir / f"epoch_{trainer.current_epoch:04d}.png")
+        for logger in trainer.loggers:
+            if type(logger).__name__ == "WandbLogger":
+                logger.log_image(key="val/canonicalized", images=[grid], caption=["top: original, bottom: canonical"])

@@ -1,0 +1,163 @@
+"""The single training entrypoint: ``python -m canonical_network.train experiment=<family>/<row> [overrides]``.
+
+Composes ``configs/train.yaml``, instantiates the DataModule, the LightningModule, callbacks, loggers and
+trainer, fits (resuming from ``<run dir>/checkpoints/last.ckpt`` when it exists), tests the best
+checkpoint and writes ``<run dir>/results.json``. A multirun (``-m`` or ``sweep=<table>``) does this once
+per job. Returns the best value of ``optimized_metric`` for sweepers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from canonical_network.utils.config import CONFIG_DIR, PROJECT_ROOT
+
+log = logging.getLogger("canonical_network.train")
+
+RESULTS_FILE = "results.json"
+
+
+def _set_local_dirs(output_dir: Path) -> None:
+    """Keep W&B's and matplotlib's files inside outputs/: nothing is written elsewhere on the machine."""
+    scratch = PROJECT_ROOT / "outputs" / ".cache"
+    os.environ.setdefault("WANDB_DIR", str(output_dir))
+    os.environ.setdefault("WANDB_CACHE_DIR", str(scratch / "wandb"))
+    os.environ.setdefault("WANDB_CONFIG_DIR", str(scratch / "wandb-config"))
+    os.environ.setdefault("WANDB_DATA_DIR", str(scratch / "wandb-data"))
+    os.environ.setdefault("MPLCONFIGDIR", str(scratch / "matplotlib"))
+
+
+def stable_run_id(output_dir: Path) -> str:
+    """A W&B run id derived from the run folder, so a requeued or resumed job continues the same W&B run."""
+    return hashlib.sha1(str(output_dir.resolve()).encode()).hexdigest()[:16]
+
+
+def instantiate_loggers(cfg: DictConfig, output_dir: Path) -> list:
+    loggers = []
+    for name, logger_cfg in (cfg.get("logger") or {}).items():
+        if not logger_cfg or "_target_" not in logger_cfg:
+            continue
+        extra = {"id": stable_run_id(output_dir)} if name == "wandb" else {}
+        loggers.append(hydra.utils.instantiate(logger_cfg, **extra))
+    return loggers
+
+
+def instantiate_callbacks(cfg: DictConfig) -> list:
+    return [
+        hydra.utils.instantiate(cb) for cb in (cfg.get("callbacks") or {}).values() if cb and "_target_" in cb
+    ]
+
+
+def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> str | None:
+    """``ckpt_path`` if given, else ``<run dir>/checkpoints/last.ckpt`` when ``resume`` and it exists."""
+    if cfg.get("ckpt_path"):
+        path = Path(cfg.ckpt_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"ckpt_path={cfg.ckpt_path!r} does not exist")
+        return str(path)
+    last = output_dir / "checkpoints" / "last.ckpt"
+    if cfg.get("resume", True) and last.is_file():
+        log.info("Resuming from %s", last)
+        return str(last)
+    return None
+
+
+def _to_float(value: Any) -> float:
+    return float(value.item() if hasattr(value, "item") else value)
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Fit, test and write results.json for one composed config; returns the results dict."""
+    import lightning as L
+    import torch
+
+    start = time.time()
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    _set_local_dirs(output_dir)
+    L.seed_everything(cfg.seed, workers=True)
+    if cfg.get("matmul_precision"):
+        torch.set_float32_matmul_precision(cfg.matmul_precision)
+
+    datamodule = hydra.utils.instantiate(cfg.data)
+    model = hydra.utils.instantiate(cfg.model)
+    callbacks = instantiate_callbacks(cfg)
+    loggers = instantiate_loggers(cfg, output_dir)
+    trainer = hydra.utils.instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir)
+    )
+    param_counts = model.parameter_counts() if hasattr(model, "parameter_counts") else {}
+    for lg in loggers:
+        lg.log_hyperparams({**OmegaConf.to_container(cfg, resolve=True), "params": param_counts})
+    log.info("Parameters: %s", param_counts)
+
+    resumed_from = resume_checkpoint(cfg, output_dir)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=resumed_from)
+
+    best_path = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    tested_on = best_path or "final weights"
+    test_metrics: dict[str, float] = {}
+    if cfg.get("test", True):
+        trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, weights_only=False)
+        test_metrics = {k: _to_float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+
+    best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
+    results = {
+        "experiment": cfg.get("experiment_name"),
+        "seed": cfg.seed,
+        "overrides": _overrides(),
+        "metrics": test_metrics,
+        "best_val": {cfg.optimized_metric: _to_float(best_score)} if best_score is not None else {},
+        "params": param_counts,
+        "epochs": trainer.current_epoch,
+        "checkpoint": tested_on,
+        "resumed_from": resumed_from,
+        "wall_time_s": round(time.time() - start, 2),
+        "tags": list(cfg.get("tags") or []),
+        "run_dir": str(output_dir),
+    }
+    if trainer.is_global_zero:
+        (output_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2))
+        _print_summary(results, output_dir, loggers)
+    return results
+
+
+def _overrides() -> list[str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:  # composed outside @hydra.main (tests, notebooks)
+        return []
+
+
+def _print_summary(results: dict, output_dir: Path, loggers: list) -> None:
+    lines = [f"Run folder: {output_dir}", f"Checkpoint tested: {results['checkpoint']}"]
+    lines += [f"{k} = {v:.4f}" for k, v in sorted(results["metrics"].items())]
+    for lg in loggers:
+        if type(lg).__name__ == "WandbLogger":
+            run_dir = Path(lg.experiment.dir).parent
+            offline = getattr(lg.experiment.settings, "mode", "") == "offline" or "offline" in run_dir.name
+            lines.append(f"W&B run: {run_dir}" + (f"  (offline; upload with: wandb sync {run_dir})" if offline else ""))
+    print("\n".join(lines), flush=True)
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    results = run(cfg)
+    if results["best_val"]:
+        return next(iter(results["best_val"].values()))
+    return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Small utilities: configuration checks, result files, library compatibility."""

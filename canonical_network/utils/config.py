@@ -1,0 +1,36 @@
+"""OmegaConf resolvers used by the configs, registered once on import (train.py and the tests import this)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+#: The repository root: configs/, data/ and outputs/ live here whatever the working directory.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = PROJECT_ROOT / "configs"
+
+
+def _slug(text: str) -> str:
+    """Folder-safe form of an experiment name: ``rotmnist/cn_p4`` → ``rotmnist-cn_p4``."""
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "-", str(text)).strip("-") or "run"
+
+
+def _wandb_offline() -> bool:
+    # Offline unless the user asks for online explicitly (WANDB_MODE=online or logger.wandb.offline=false).
+    return os.environ.get("WANDB_MODE", "offline").lower() != "online"
+
+
+def register_resolvers() -> None:
+    for name, fn in (
+        ("cn.root", lambda: str(PROJECT_ROOT)),
+        ("cn.slug", _slug),
+        ("cn.wandb_offline", _wandb_offline),
+    ):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+
+
+register_resolvers()

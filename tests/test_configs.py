@@ -1,0 +1,59 @@
+"""Every experiment file composes and instantiates its data module, model and trainer; bad choices fail clearly."""
+
+from __future__ import annotations
+
+import hydra
+import pytest
+from hydra.errors import MissingConfigException
+from lightning import LightningDataModule, LightningModule, Trainer
+
+from canonical_network.canonicalization.base import CanonicalizedModel
+from tests.conftest import EXPERIMENTS, compose_config, shrink
+
+# Building the C64 lifting basis takes ~17 s and ~10 GB here; `slow` keeps the default suite quick.
+HEAVY = {"rotmnist/cn_p64"}
+
+
+def test_experiment_files_exist():
+    expected = {"rotmnist/cnn", "rotmnist/cnn_aug", "rotmnist/cn_pca", "rotmnist/cn_p4_frozen", "rotmnist/cn_p4",
+                "rotmnist/cn_p64"}
+    assert expected <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize(
+    "experiment",
+    [pytest.param(e, marks=pytest.mark.slow) if e in HEAVY else e for e in EXPERIMENTS],
+)
+def test_experiment_composes_and_instantiates(experiment, tmp_path):
+    cfg = shrink(compose_config([f"experiment={experiment}"], tmp_path))
+    assert cfg.experiment_name == experiment
+    assert isinstance(hydra.utils.instantiate(cfg.data), LightningDataModule)
+    model = hydra.utils.instantiate(cfg.model)
+    assert isinstance(model, LightningModule) and isinstance(model.network, CanonicalizedModel)
+    assert isinstance(hydra.utils.instantiate(cfg.trainer), Trainer)
+
+
+def test_experiment_files_hold_only_differences():
+    # cn_p4_frozen differs from cn_p4 by freeze only: composition, not copies.
+    p4 = compose_config(["experiment=rotmnist/cn_p4"])
+    frozen = compose_config(["experiment=rotmnist/cn_p4_frozen"])
+    assert frozen.canonicalization.freeze and not p4.canonicalization.freeze
+    frozen.canonicalization.freeze = False
+    frozen.experiment_name = p4.experiment_name
+    frozen.tags = p4.tags
+    assert frozen == p4
+
+
+def test_command_line_overrides_beat_experiment_defaults():
+    cfg = compose_config(["experiment=rotmnist/cn_p4", "data=rotated_mnist", "canonicalization.num_rotations=8"])
+    assert cfg.data._target_.endswith("RotatedMNISTDataModule")
+    assert cfg.canonicalization.num_rotations == 8
+
+
+def test_unknown_canonicalization_lists_valid_choices():
+    with pytest.raises(MissingConfigException) as err:
+        compose_config(["canonicalization=does_not_exist"])
+    message = str(err.value)
+    assert "does_not_exist" in message
+    for choice in ("gcnn", "identity", "pca"):
+        assert choice in message

@@ -1,0 +1,101 @@
+"""Training behaviour of the image canonicalizers: straight-through gradients, freezing, PCA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from canonical_network.canonicalization.image import GCNNCanonicalizer, PCACanonicalizer
+from canonical_network.groups.image import rotate_deg
+from canonical_network.prediction.cnn import CNN
+from canonical_network.tasks.image_classification import ImageClassificationTask
+
+
+def make_task(**canon_kwargs) -> ImageClassificationTask:
+    torch.manual_seed(0)
+    return ImageClassificationTask(
+        canonicalizer=GCNNCanonicalizer(**canon_kwargs),
+        predictor=CNN(),
+        optimizer=lambda params: torch.optim.Adam(params, lr=1e-3),
+    )
+
+
+def test_straight_through_estimator_reaches_canonicalizer_weights(rotated_digits):
+    task = make_task(num_rotations=4, num_layers=2).train()
+    images, labels = rotated_digits
+    F.cross_entropy(task(images), labels).backward()
+    grads = [p.grad for p in task.canonicalizer.parameters()]
+    assert grads and all(g is not None for g in grads)
+    assert sum(g.abs().sum() for g in grads) > 0
+
+
+def test_eval_mode_uses_hard_argmax_without_gradient_path(rotated_digits):
+    task = make_task(num_rotations=4, num_layers=1).eval()
+    images, _ = rotated_digits
+    _, g = task.canonicalizer.canonicalize(images)
+    assert torch.equal(g.angle_deg, g.index.float() * 90.0)
+    assert not g.angle_deg.requires_grad
+
+
+def test_frozen_canonicalizer_does_not_change(rotated_digits):
+    task = make_task(num_rotations=4, num_layers=2, freeze=True).train()
+    assert not task.canonicalizer.training  # frozen stays in eval mode, no batch statistics drift
+    before = [p.detach().clone() for p in task.canonicalizer.parameters()]
+    optimizer = task.configure_optimizers()
+    assert all(p.requires_grad for group in optimizer.param_groups for p in group["params"])
+    images, labels = rotated_digits
+    loss = F.cross_entropy(task(images), labels)
+    loss.backward()
+    optimizer.step()
+    assert all(p.grad is None for p in task.canonicalizer.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(before, task.canonicalizer.parameters(), strict=True))
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in task.network.predictor.parameters())
+
+
+def test_pca_maps_a_rotated_digit_to_nearly_the_same_image(digits):
+    images, _ = digits
+    pca = PCACanonicalizer()
+    canonical = pca.canonicalize(images)[0]
+    for angle in (37.0, 123.0, 250.0):
+        canonical_rot = pca.canonicalize(rotate_deg(images, angle))[0]
+        # Same image up to interpolation for most digits; a few nearly symmetric digits flip their sign.
+        per_digit = (canonical_rot - canonical).abs().mean(dim=(1, 2, 3))
+        baseline = (rotate_deg(canonical, 90.0) - canonical).abs().mean(dim=(1, 2, 3))
+        close = per_digit < 0.3 * baseline
+        assert close.float().mean() >= 0.85, (angle, close.float().mean())
+
+
+def test_pca_angle_is_rotation_covariant(digits):
+    images, _ = digits
+    pca = PCACanonicalizer()
+    base = pca.principal_angle_deg(images)
+    rotated = pca.principal_angle_deg(rotate_deg(images, 60.0))
+    diff = torch.remainder(rotated - base - 60.0 + 180.0, 360.0) - 180.0
+    assert (diff.abs() < 5.0).float().mean() >= 0.85
+
+
+@pytest.mark.parametrize(
+    "canonicalizer", [lambda: GCNNCanonicalizer(num_rotations=8, num_layers=2), lambda: PCACanonicalizer()]
+)
+def test_blank_images_give_finite_logits(canonicalizer):
+    torch.manual_seed(0)
+    task = ImageClassificationTask(canonicalizer(), CNN(), optimizer=lambda params: None)
+    blank = torch.zeros(4, 1, 28, 28)
+    for mode in (True, False):
+        task.train(mode)
+        assert torch.isfinite(task(blank)).all()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"num_rotations": 0}, "canonicalization.num_rotations"),
+        ({"num_rotations": -4}, "canonicalization.num_rotations"),
+        ({"num_layers": 4}, "canonicalization.num_layers"),
+        ({"kernel_size": 29}, "canonicalization.kernel_size"),
+    ],
+)
+def test_bad_gcnn_arguments_name_the_key_and_range(kwargs, key):
+    with pytest.raises(ValueError, match=key + r" must be an integer in \["):
+        GCNNCanonicalizer(**kwargs)

@@ -1,0 +1,57 @@
+"""The entrypoint end to end: a real (tiny) run as a user starts it, and early failures on bad config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from canonical_network.train import RESULTS_FILE, run
+from canonical_network.utils.config import PROJECT_ROOT
+from tests.conftest import compose_config, shrink
+
+CONTRACT_KEYS = {"experiment", "seed", "overrides", "metrics", "params", "wall_time_s"}
+
+
+def test_cli_fast_run_writes_results_and_offline_wandb(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    cmd = [sys.executable, "-m", "canonical_network.train", "experiment=rotmnist/cn_p4", "debug=fast", "seed=3",
+           f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((run_dir / RESULTS_FILE).read_text())
+    assert CONTRACT_KEYS <= results.keys()
+    assert results["experiment"] == "rotmnist/cn_p4" and results["seed"] == 3
+    assert "seed=3" in results["overrides"]
+    assert {"test/error", "test/acc", "test/loss"} <= results["metrics"].keys()
+    assert 0.0 <= results["metrics"]["test/error"] <= 100.0
+    assert results["params"]["canonicalizer"] > 0 and results["params"]["predictor"] > 0
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert (run_dir / "canonicalized" / "epoch_0000.png").is_file()
+    assert (run_dir / "csv" / "metrics.csv").is_file()
+    offline_runs = list((run_dir / "wandb").glob("offline-run-*"))
+    assert offline_runs, "W&B should run offline by default"
+    assert "wandb sync" in proc.stdout
+
+
+def test_bad_num_rotations_fails_before_training(tmp_path):
+    cfg = shrink(compose_config(["experiment=rotmnist/cn_p4", "canonicalization.num_rotations=0"], tmp_path))
+    with pytest.raises(Exception, match=r"canonicalization.num_rotations must be an integer in \[1, inf\]; got 0"):
+        run(cfg)
+    assert not (tmp_path / "checkpoints").exists()
+    assert not (tmp_path / RESULTS_FILE).exists()
+
+
+def test_in_process_run_resumes_from_last_checkpoint(tmp_path):
+    cfg = shrink(compose_config(["experiment=rotmnist/cnn"], tmp_path))
+    first = run(cfg)
+    assert first["epochs"] == 1 and first["resumed_from"] is None
+    cfg.trainer.max_epochs = 2
+    second = run(cfg)  # same run folder: continues from last.ckpt, trains one more epoch only
+    assert second["resumed_from"] == str(tmp_path / "checkpoints" / "last.ckpt")
+    assert second["epochs"] == 2
+    assert (tmp_path / RESULTS_FILE).is_file()
