@@ -20,6 +20,10 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from canonical_network.utils.config import CONFIG_DIR, PROJECT_ROOT
+from canonical_network.utils.slurm import install_sacct_fallback
+
+# Slurm clusters without accounting: let submitit see job states through scontrol (no-op elsewhere).
+install_sacct_fallback()
 
 log = logging.getLogger("canonical_network.train")
 
@@ -71,6 +75,15 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> str | None:
     return None
 
 
+def _slurm_plugins() -> dict:
+    """Under Slurm, requeueing is submitit's job (configs/hydra/launcher/slurm.yaml): switch Lightning's off."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    if SLURMEnvironment.detect():
+        return {"plugins": [SLURMEnvironment(auto_requeue=False)]}
+    return {}
+
+
 def _to_float(value: Any) -> float:
     return float(value.item() if hasattr(value, "item") else value)
 
@@ -93,7 +106,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     callbacks = instantiate_callbacks(cfg)
     loggers = instantiate_loggers(cfg, output_dir)
     trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir)
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir),
+        **_slurm_plugins(),
     )
     param_counts = model.parameter_counts() if hasattr(model, "parameter_counts") else {}
     for lg in loggers:
@@ -113,6 +127,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
     results = {
         "experiment": cfg.get("experiment_name"),
+        "status": "completed",
         "seed": cfg.seed,
         "overrides": _overrides(),
         "metrics": test_metrics,
@@ -124,6 +139,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "wall_time_s": round(time.time() - start, 2),
         "tags": list(cfg.get("tags") or []),
         "run_dir": str(output_dir),
+        "config": OmegaConf.to_container(cfg, resolve=True),
     }
     if trainer.is_global_zero:
         (output_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2))
@@ -151,9 +167,32 @@ def _print_summary(results: dict, output_dir: Path, loggers: list) -> None:
     print("\n".join(lines), flush=True)
 
 
+def write_failure(cfg: DictConfig, error: BaseException) -> None:
+    """Leave a results.json saying why a job failed, so a sweep's table shows the reason in its cell."""
+    try:
+        output_dir = Path(cfg.paths.output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        record = {
+            "experiment": cfg.get("experiment_name"),
+            "status": "failed",
+            "error": f"{type(error).__name__}: {error}"[:2000],
+            "seed": cfg.get("seed"),
+            "overrides": _overrides(),
+            "metrics": {},
+            "config": OmegaConf.to_container(cfg, resolve=False),
+        }
+        (output_dir / RESULTS_FILE).write_text(json.dumps(record, indent=2))
+    except Exception:  # never hide the original error behind a reporting one
+        log.exception("could not write the failure record")
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    results = run(cfg)
+    try:
+        results = run(cfg)
+    except Exception as error:
+        write_failure(cfg, error)
+        raise
     if results["best_val"]:
         return next(iter(results["best_val"].values()))
     return None

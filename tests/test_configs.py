@@ -57,3 +57,19 @@ def test_unknown_canonicalization_lists_valid_choices():
     assert "does_not_exist" in message
     for choice in ("gcnn", "identity", "pca"):
         assert choice in message
+
+
+@pytest.mark.parametrize(("trainer", "gpus", "tasks"), [("cpu", None, 1), ("gpu", 1, 1), ("ddp", 2, 2)])
+def test_slurm_launcher_sizes_jobs_from_the_trainer(trainer, gpus, tasks):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from canonical_network.utils.config import CONFIG_DIR
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["hydra/launcher=slurm", f"trainer={trainer}"],
+                      return_hydra_config=True)
+    assert cfg.hydra.launcher.gpus_per_node == gpus
+    assert cfg.hydra.launcher.tasks_per_node == tasks
+    assert cfg.hydra.launcher.signal_delay_s + 30 < cfg.hydra.launcher.timeout_min * 60

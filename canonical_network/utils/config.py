@@ -23,11 +23,19 @@ def _wandb_offline() -> bool:
     return os.environ.get("WANDB_MODE", "offline").lower() != "online"
 
 
+def _gpus_per_node(accelerator: str, devices) -> int | None:
+    """GPUs a Slurm job needs for a trainer config: its device count on GPU accelerators, none on CPU."""
+    if str(accelerator).lower() in ("gpu", "cuda") and isinstance(devices, int):
+        return devices
+    return None
+
+
 def register_resolvers() -> None:
     for name, fn in (
         ("cn.root", lambda: str(PROJECT_ROOT)),
         ("cn.slug", _slug),
         ("cn.wandb_offline", _wandb_offline),
+        ("cn.gpus_per_node", _gpus_per_node),
     ):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

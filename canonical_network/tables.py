@@ -1,0 +1,203 @@
+"""Turn finished runs into the paper's tables: ours (mean ± std over seeds) beside the paper's numbers.
+
+    python -m canonical_network.tables outputs/multiruns/<sweep dir> [--format markdown|latex] [--table NAME]
+    python -m canonical_network.tables --wandb <entity>/<project> [--group rotmnist_table1]
+
+Every ``results.json`` below the folder is one run (see ``canonical_network.train``); runs are matched to
+table cells by experiment name and, for tables with several columns or a grid, by config values. A cell
+whose runs all failed shows the reason instead of a number. The paper's numbers live in
+``paper_results.json`` beside this file, one entry per table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+RESULTS_FILE = "results.json"
+
+
+def paper_tables() -> dict[str, dict]:
+    text = resources.files("canonical_network").joinpath("paper_results.json").read_text()
+    return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value
+
+
+def record_from_results(results: dict) -> dict[str, Any]:
+    """One flat record per run: ``experiment``, ``status``, ``metrics.<name>`` and ``config.<dotted key>``."""
+    record: dict[str, Any] = {}
+    _flatten("", {k: v for k, v in results.items() if k != "metrics"}, record)
+    record["metrics"] = dict(results.get("metrics") or {})
+    record.setdefault("status", "completed")
+    return record
+
+
+def load_runs(folder: Path) -> list[dict[str, Any]]:
+    runs = []
+    for path in sorted(Path(folder).rglob(RESULTS_FILE)):
+        try:
+            record = record_from_results(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as err:
+            print(f"warning: skipping unreadable {path}: {err}", file=sys.stderr)
+            continue
+        record["path"] = str(path)
+        runs.append(record)
+    return runs
+
+
+def load_wandb_runs(project: str, group: str | None = None, api=None) -> list[dict[str, Any]]:
+    """The same records from W&B runs (online): the config logged by train.py and the run summary."""
+    if api is None:
+        import wandb
+
+        api = wandb.Api()
+    filters = {"group": group} if group else None
+    runs = []
+    for run in api.runs(project, filters=filters):
+        config = {k: v for k, v in dict(run.config).items() if not k.startswith("_")}
+        summary = {k: v for k, v in dict(run.summary).items() if isinstance(v, (int, float))}
+        results = {
+            "experiment": config.get("experiment_name"),
+            "seed": config.get("seed"),
+            "status": "completed" if run.state == "finished" else run.state,
+            "config": config,
+            "metrics": {k: v for k, v in summary.items() if k.startswith("test/")},
+        }
+        runs.append(record_from_results(results))
+    return runs
+
+
+@dataclass
+class Cell:
+    values: list[float]
+    failures: list[str]
+    paper: tuple[float | None, float | None] | None
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.values) if self.values else None
+
+    @property
+    def std(self) -> float | None:
+        return statistics.stdev(self.values) if len(self.values) > 1 else (0.0 if self.values else None)
+
+
+def _matches(record: dict, match: dict) -> bool:
+    return all(record.get(k) == v for k, v in match.items())
+
+
+def build_table(spec: dict, runs: Iterable[dict]) -> list[tuple[str, list[Cell]]]:
+    runs = list(runs)
+    rows = []
+    for row in spec["rows"]:
+        row_match = dict(row.get("match") or {"experiment": row["experiment"]})
+        cells = []
+        for j, column in enumerate(spec["columns"]):
+            match = {**row_match, **(column.get("match") or {})}
+            selected = [r for r in runs if _matches(r, match)]
+            ok = [r for r in selected if r["status"] == "completed" and spec["metric"] in r["metrics"]]
+            values = [float(r["metrics"][spec["metric"]]) * spec.get("scale", 1.0) for r in ok]
+            values = [v for v in values if math.isfinite(v)]
+            failures = [str(r.get("error") or r["status"]) for r in selected if r not in ok]
+            paper = row.get("paper", [None] * len(spec["columns"]))[j]
+            cells.append(Cell(values, failures, tuple(paper) if paper else None))
+        rows.append((row["name"], cells))
+    return rows
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _cell_text(cell: Cell, digits: int, latex: bool) -> list[str]:
+    pm = r" $\pm$ " if latex else " ± "
+    if cell.values:
+        ours = f"{_fmt(cell.mean, digits)}{pm}{_fmt(cell.std, digits)} (n={len(cell.values)})"
+    elif cell.failures:
+        ours = f"missing: {cell.failures[0][:80]}"
+    else:
+        ours = "missing"
+    if cell.paper and cell.paper[0] is not None:
+        paper = _fmt(cell.paper[0], digits) + (f"{pm}{_fmt(cell.paper[1], digits)}" if cell.paper[1] is not None else "")
+        diff = f"{cell.mean - cell.paper[0]:+.{digits}f}" if cell.values else "–"
+    else:
+        paper, diff = "–", "–"
+    return [ours, paper, diff]
+
+
+def render(name: str, spec: dict, rows: list[tuple[str, list[Cell]]], fmt: str = "markdown") -> str:
+    digits = spec.get("digits", 2)
+    latex = fmt == "latex"
+    header = ["Method"]
+    for column in spec["columns"]:
+        prefix = "" if len(spec["columns"]) == 1 else f"{column['name']} "
+        header += [f"{prefix}ours", f"{prefix}paper", f"{prefix}Δ"]
+    body = [[row_name] + [t for cell in cells for t in _cell_text(cell, digits, latex)] for row_name, cells in rows]
+    if latex:
+        lines = [f"% {spec['title']} ({name})", r"\begin{tabular}{l" + "c" * (len(header) - 1) + "}", r"\toprule",
+                 " & ".join(header).replace("Δ", r"$\Delta$") + r" \\", r"\midrule"]
+        lines += [" & ".join(r).replace("%", r"\%") + r" \\" for r in body]
+        lines += [r"\bottomrule", r"\end{tabular}"]
+        return "\n".join(lines)
+    arrow = "lower is better" if spec.get("lower_is_better") else "higher is better"
+    lines = [f"### {spec['title']} — `{name}` ({spec['metric']}, {arrow})", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def make_tables(runs: list[dict], fmt: str = "markdown", only: str | None = None) -> str:
+    tables = paper_tables()
+    if only and only not in tables:
+        raise SystemExit(f"--table {only!r} is not a paper table; valid: {', '.join(tables)}")
+    out = []
+    for name, spec in tables.items():
+        if only and name != only:
+            continue
+        rows = build_table(spec, runs)
+        if only or any(cell.values or cell.failures for _, cells in rows for cell in cells):
+            out.append(render(name, spec, rows, fmt))
+    return "\n\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", nargs="?", help="folder searched recursively for results.json files")
+    parser.add_argument("--format", choices=("markdown", "latex"), default="markdown")
+    parser.add_argument("--table", help="print only this table (e.g. rotmnist_table1)")
+    parser.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from W&B instead of a folder")
+    parser.add_argument("--group", help="with --wandb: only runs of this W&B group (a sweep name)")
+    args = parser.parse_args(argv)
+    if bool(args.folder) == bool(args.wandb):
+        parser.error("give either a results folder or --wandb ENTITY/PROJECT")
+    if args.folder:
+        if not Path(args.folder).is_dir():
+            parser.error(f"{args.folder} is not a folder")
+        runs = load_runs(Path(args.folder))
+    else:
+        runs = load_wandb_runs(args.wandb, args.group)
+    if not runs:
+        print(f"no {RESULTS_FILE} found under {args.folder or args.wandb}", file=sys.stderr)
+        return 1
+    text = make_tables(runs, args.format, args.table)
+    print(text or "none of the runs belongs to a paper table (see canonical_network/paper_results.json)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The results → paper tables tool, on results.json files written the way train.py writes them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from canonical_network import tables
+
+
+def write_result(folder, name, experiment, metrics, status="completed", config=None, error=None):
+    folder = folder / name
+    folder.mkdir(parents=True)
+    record = {"experiment": experiment, "status": status, "seed": 0, "metrics": metrics, "config": config or {}}
+    if error:
+        record["error"] = error
+    (folder / "results.json").write_text(json.dumps(record))
+
+
+def test_mean_std_paper_and_difference(tmp_path):
+    for i, err in enumerate([2.0, 3.0, 4.0]):
+        write_result(tmp_path, f"cnn{i}", "rotmnist/cnn", {"test/error": err})
+    text = tables.make_tables(tables.load_runs(tmp_path), only="rotmnist_table1")
+    row = next(line for line in text.splitlines() if line.startswith("| CNN (base)"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells == ["CNN (base)", "3.00 ± 1.00 (n=3)", "4.90 ± 0.20", "-1.90"]
+    assert "| CN(p4)-CNN | missing |" in text
+
+
+def test_failed_job_shows_its_reason(tmp_path):
+    write_result(tmp_path, "ok", "rotmnist/cn_p4", {"test/error": 2.5})
+    write_result(tmp_path, "bad", "rotmnist/cn_pca", {}, status="failed", error="RuntimeError: out of memory")
+    text = tables.make_tables(tables.load_runs(tmp_path))
+    assert "missing: RuntimeError: out of memory" in text
+    assert "2.50 ± 0.00 (n=1)" in text
+
+
+def test_grid_and_column_matching_by_config(tmp_path):
+    target = "canonical_network.canonicalization.image.GCNNCanonicalizer"
+    for layers, order, err in [(1, 4, 2.6), (3, 64, 1.9), (3, 64, 2.1)]:
+        config = {"canonicalization": {"_target_": target, "num_layers": layers, "num_rotations": order,
+                                       "freeze": False}}
+        write_result(tmp_path, f"{layers}_{order}_{err}", "rotmnist/ablation", {"test/error": err}, config=config)
+    runs = tables.load_runs(tmp_path)
+    rows = dict(tables.build_table(tables.paper_tables()["rotmnist_table6"], runs))
+    assert rows["1 layer"][0].values == [2.6] and rows["1 layer"][0].paper == (2.52, 0.12)
+    assert rows["3 layers"][4].values == [1.9, 2.1]
+    assert rows["3 layers"][4].mean == pytest.approx(2.0)
+    assert rows["2 layers"][1].values == []
+
+
+def test_scaled_metrics_and_latex(tmp_path):
+    write_result(tmp_path, "a", "modelnet/pointnet", {"test/acc": 0.80}, config={"data": {"rotation": "z/z"}})
+    text = tables.make_tables(tables.load_runs(tmp_path), fmt="latex", only="modelnet_table")
+    assert r"80.0 $\pm$ 0.0 (n=1)" in text and r"\begin{tabular}" in text
+
+
+def test_cli_errors_and_output(tmp_path, capsys):
+    write_result(tmp_path, "a", "rotmnist/cnn", {"test/error": 5.0})
+    assert tables.main([str(tmp_path)]) == 0
+    assert "Table 1" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        tables.main([str(tmp_path), "--table", "no_such_table"])
+
+
+def test_wandb_reader_builds_the_same_records():
+    class FakeRun:
+        def __init__(self, exp, err):
+            self.config = {"experiment_name": exp, "seed": 1, "canonicalization": {"num_rotations": 4}}
+            self.summary = {"test/error": err, "val/acc": 0.9}
+            self.state = "finished"
+
+    class FakeApi:
+        def runs(self, project, filters=None):
+            assert project == "me/canonical-network" and filters == {"group": "rotmnist_table1"}
+            return [FakeRun("rotmnist/cn_p4", 2.0), FakeRun("rotmnist/cn_p4", 3.0)]
+
+    runs = tables.load_wandb_runs("me/canonical-network", "rotmnist_table1", api=FakeApi())
+    assert runs[0]["config.canonicalization.num_rotations"] == 4
+    text = tables.make_tables(runs, only="rotmnist_table1")
+    assert "2.50 ± 0.71 (n=2)" in text
