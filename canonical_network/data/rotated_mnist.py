@@ -18,6 +18,7 @@ import torch
 from lightning import LightningDataModule
 from torch.utils.data import DataLoader, TensorDataset
 
+from canonical_network.data.samplers import EpochSeededRandomSampler
 from canonical_network.groups.image import rotate_deg
 from canonical_network.utils.checks import check_choice, check_int_range
 
@@ -43,10 +44,11 @@ class _ImageDataModule(LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.splits:
             self.setup()
+        dataset = self.splits[split]
         return DataLoader(
-            self.splits[split],
+            dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
+            sampler=EpochSeededRandomSampler(dataset) if shuffle else None,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,

@@ -31,6 +31,8 @@ class CanonicalizedImageGrid(Callback):
                 return None
             images = []
             for batch in dm.val_dataloader():
+                if not (torch.is_tensor(batch[0]) and batch[0].dim() == 4):
+                    return None  # not an image task: nothing to show
                 images.append(batch[0])
                 if sum(len(x) for x in images) >= self.num_images:
                     break
@@ -59,3 +61,37 @@ class CanonicalizedImageGrid(Callback):
         for logger in trainer.loggers:
             if type(logger).__name__ == "WandbLogger":
                 logger.log_image(key="val/canonicalized", images=[grid], caption=["top: original, bottom: canonical"])
+
+
+class RNGStateCheckpoint(Callback):
+    """Store the Python, NumPy and torch RNG states in every checkpoint and restore them on resume.
+
+    With it (and epoch-seeded shuffling), a run stopped after an epoch's checkpoint and resumed draws the
+    same dropout masks and augmentations as an uninterrupted run: same weights, same test metrics in
+    deterministic mode.
+    """
+
+    def state_dict(self) -> dict:
+        import random
+
+        import numpy as np
+
+        # Plain tuples and tensors only, so checkpoints still load with torch.load(weights_only=True).
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        numpy_state = (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
+        state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        import random
+
+        import numpy as np
+
+        random.setstate(state_dict["python"])
+        name, keys, pos, has_gauss, cached = state_dict["numpy"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+        torch.set_rng_state(state_dict["torch"])
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])

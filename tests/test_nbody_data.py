@@ -1,0 +1,241 @@
+"""N-body simulator, dataset files and NBodyDataModule.
+
+The fixture tests/fixtures/nbody_reference.npz holds numbers produced once by EGNN's own generator
+(n_body_system/dataset/synthetic_sim.py, global seed 43, as generate_dataset.py does for nbody_small):
+positions and velocities at frames 30 and 40 and the charges of 8 simulations: training simulations 0-2,
+the first validation and test simulations (global indices 10000 and 12000), and training simulations 163,
+236 and 760. The last three are chaotic: a last-bit change in one dot product (e.g. a multiply-add that is
+not fused) moves them by O(1) by frame 30, so they pin down the reference's arithmetic order, not just
+its physics.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from canonical_network.data.nbody import (
+    NBODY_DATASETS,
+    NBodyDataError,
+    NBodyDataModule,
+    generate_nbody_dataset,
+    get_dataset_spec,
+)
+from canonical_network.data.nbody_sim import (
+    ChargedSimConfig,
+    draw_initial_conditions,
+    fused_dot_matches_blas,
+    simulate,
+    simulate_one_at_a_time,
+)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "nbody_reference.npz"
+TINY = {"num_train": 3, "num_valid": 2, "num_test": 2}  # nbody_small's stream, fewer simulations
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return dict(np.load(FIXTURE))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    """nbody_small parameters and seed with 3/2/2 simulations, generated once for the module."""
+    out = tmp_path_factory.mktemp("nbody_tiny")
+    generate_nbody_dataset(out, get_dataset_spec("nbody_small", **TINY), progress=False)
+    return out
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def ours_at_reference(reference):
+    """Our generator's trajectories for the fixture's simulations."""
+    spec = NBODY_DATASETS["nbody_small"]
+    index = reference["global_index"]
+    # Drawing all initial conditions up to the last index is cheap; only the fixture's sims are integrated.
+    init = draw_initial_conditions(
+        np.random.RandomState(int(reference["seed"])), int(index.max()) + 1, spec.sim
+    )
+    return simulate(init.select(index), spec.sim)
+
+
+def _assert_matches_reference(ours, reference, rows, why=""):
+    frames = reference["frames"]
+    np.testing.assert_array_equal(ours.charges[rows], reference["charges"][rows])
+    for name in ("loc", "vel"):
+        np.testing.assert_allclose(
+            getattr(ours, name)[rows][:, frames], reference[name][rows], rtol=0, atol=1e-6, err_msg=name + why
+        )
+
+
+def test_reproduces_reference_generator(reference, ours_at_reference):
+    """Frames 30/40 match EGNN's generator, including sims deep into the valid and test stream."""
+    _assert_matches_reference(ours_at_reference, reference, ~reference["chaotic"])
+
+
+def test_reproduces_reference_arithmetic_on_chaotic_sims(reference, ours_at_reference):
+    """Chaotic sims match too: the forces are evaluated with the reference's exact operations."""
+    why = (
+        " (chaotic simulations: they match only with the reference's exact arithmetic, incl. BLAS's fused"
+        " multiply-adds in x_i·x_j as on x86-64 with NumPy's OpenBLAS; on another BLAS the reference itself"
+        " gives other numbers)"
+    )
+    _assert_matches_reference(ours_at_reference, reference, reference["chaotic"], why)
+
+
+@pytest.mark.parametrize("dot", ["blas", "fused"])
+def test_vectorised_equals_one_at_a_time(dot):
+    """Batching (an uneven last chunk of one included) does not change a single number."""
+    if dot == "fused" and not fused_dot_matches_blas():
+        pytest.skip("fused dot products do not reproduce BLAS on this machine; 'auto' uses BLAS")
+    config = ChargedSimConfig(n_steps=1000, sample_every=50)
+    init = draw_initial_conditions(np.random.RandomState(0), 4, config)
+    before = {name: getattr(init, name).copy() for name in ("charges", "loc", "vel")}
+    batched = simulate(init, config, chunk_size=3, dot=dot)
+    single = simulate_one_at_a_time(init, config)  # BLAS dot products, one simulation per batch
+    for name in ("loc", "vel", "charges", "edges"):
+        np.testing.assert_array_equal(getattr(batched, name), getattr(single, name), err_msg=name)
+    assert batched.loc.shape == (4, 19, 3, 5)
+    for name, value in before.items():  # the initial conditions are not integrated in place
+        np.testing.assert_array_equal(getattr(init, name), value, err_msg=name)
+
+
+def test_initial_conditions_follow_the_stream():
+    """Drawing in pieces continues the same stream; speeds are vel_norm; charges ±1; positions in the box."""
+    config = ChargedSimConfig()
+    rng = np.random.RandomState(43)
+    whole = draw_initial_conditions(np.random.RandomState(43), 7, config)
+    parts = [draw_initial_conditions(rng, k, config) for k in (4, 3)]
+    for name in ("charges", "loc", "vel"):
+        np.testing.assert_array_equal(np.concatenate([getattr(p, name) for p in parts]), getattr(whole, name))
+    np.testing.assert_allclose(np.linalg.norm(whole.vel, axis=1), config.vel_norm, rtol=1e-12)
+    assert set(np.unique(whole.charges)) <= {-1.0, 1.0}
+    assert np.all(np.abs(whole.loc) <= config.box_size)
+
+
+def test_generated_files(tiny_dir, reference):
+    """EGNN's file names and layout, a manifest with checksums, and the reference's numbers."""
+    spec = get_dataset_spec("nbody_small", **TINY)
+    manifest = json.loads((tiny_dir / "manifest_charged5_initvel1small.json").read_text())
+    assert manifest["seed"] == 43 and manifest["num_train"] == 3
+    assert sorted(manifest["files"]) == sorted(spec.file_names())
+    loc = np.load(tiny_dir / "loc_train_charged5_initvel1small.npy")
+    assert loc.shape == (3, 49, 3, 5) and loc.dtype == np.float64
+    assert np.load(tiny_dir / "vel_valid_charged5_initvel1small.npy").shape == (2, 49, 3, 5)
+    edges = np.load(tiny_dir / "edges_test_charged5_initvel1small.npy")
+    charges = np.load(tiny_dir / "charges_test_charged5_initvel1small.npy")
+    assert charges.shape == (2, 5, 1)
+    np.testing.assert_array_equal(edges, charges * charges.transpose(0, 2, 1))
+    # The first training simulations of any count are nbody_small's first simulations.
+    np.testing.assert_allclose(loc[:, reference["frames"]], reference["loc"][:3], rtol=0, atol=1e-6)
+    assert list(reference["global_index"][:3]) == [0, 1, 2]
+
+
+def test_datamodule_batches(tiny_dir):
+    dm = NBodyDataModule(data_dir=str(tiny_dir), max_train_samples=2, batch_size=2, **TINY)
+    dm.setup("fit")
+    loc_file = np.load(tiny_dir / "loc_valid_charged5_initvel1small.npy")
+    vel_file = np.load(tiny_dir / "vel_valid_charged5_initvel1small.npy")
+    charges_file = np.load(tiny_dir / "charges_valid_charged5_initvel1small.npy")
+
+    batch = next(iter(dm.val_dataloader()))  # not shuffled: simulations 0 and 1 in order
+    loc, vel, charges, target = batch
+    assert [tuple(t.shape) for t in batch] == [(2, 5, 3), (2, 5, 3), (2, 5, 1), (2, 5, 3)]
+    assert all(t.dtype == torch.float32 for t in batch)
+    # Files are (S, T, 3, N): the sample is frame 30 transposed to (N, 3); the target is frame 40.
+    np.testing.assert_array_equal(loc.numpy(), loc_file[:2, 30].transpose(0, 2, 1).astype(np.float32))
+    np.testing.assert_array_equal(vel.numpy(), vel_file[:2, 30].transpose(0, 2, 1).astype(np.float32))
+    np.testing.assert_array_equal(target.numpy(), loc_file[:2, 40].transpose(0, 2, 1).astype(np.float32))
+    np.testing.assert_array_equal(charges.numpy(), charges_file[:2].astype(np.float32))
+
+    assert len(dm.train_dataloader().dataset) == 2  # max_train_samples
+    assert len(dm.test_dataloader().dataset) == 2
+
+    other = NBodyDataModule(data_dir=str(tiny_dir), frame_in=5, frame_out=48, batch_size=4, **TINY)
+    loc, _, _, target = next(iter(other.test_dataloader()))
+    loc_test = np.load(tiny_dir / "loc_test_charged5_initvel1small.npy")
+    np.testing.assert_array_equal(loc.numpy(), loc_test[:, 5].transpose(0, 2, 1).astype(np.float32))
+    np.testing.assert_array_equal(target.numpy(), loc_test[:, 48].transpose(0, 2, 1).astype(np.float32))
+    assert len(other.train_dataloader().dataset) == 3  # max_train_samples=3000 > 3 available
+
+
+def test_generates_when_missing(tmp_path, caplog):
+    with caplog.at_level("INFO", logger="canonical_network.data.nbody"):
+        dm = NBodyDataModule(
+            data_dir=str(tmp_path / "new"), num_train=2, num_valid=1, num_test=1, batch_size=8
+        )
+        dm.prepare_data()
+    assert "generating" in caplog.text
+    assert (tmp_path / "new" / "manifest_charged5_initvel1small.json").exists()
+    dm.setup()
+    assert len(next(iter(dm.train_dataloader()))[0]) == 2
+
+
+def test_missing_files_error(tmp_path):
+    dm = NBodyDataModule(data_dir=str(tmp_path), generate_if_missing=False)
+    with pytest.raises(NBodyDataError) as err:
+        dm.setup()
+    msg = str(err.value)
+    assert "loc_train_charged5_initvel1small.npy" in msg and "charges_test_charged5_initvel1small.npy" in msg
+    assert f"python scripts/generate_nbody.py --out {tmp_path}" in msg
+    assert not any(tmp_path.iterdir())  # nothing was generated
+
+
+def test_corrupted_file_error(tiny_dir, tmp_path):
+    data = _copy(tiny_dir, tmp_path / "data")
+    path = data / "vel_valid_charged5_initvel1small.npy"
+    raw = bytearray(path.read_bytes())
+    raw[-8] ^= 0xFF  # flip bits in the last number: same size and shape, different content
+    path.write_bytes(bytes(raw))
+    with pytest.raises(NBodyDataError) as err:
+        NBodyDataModule(data_dir=str(data), **TINY).setup()
+    msg = str(err.value)
+    assert str(path) in msg and "sha256" in msg
+    assert "Delete" in msg and "generate_nbody.py" in msg
+    assert "--num-train 3" in msg  # the command regenerates this very dataset
+
+
+def test_truncated_file_error(tiny_dir, tmp_path):
+    data = _copy(tiny_dir, tmp_path / "data")
+    path = data / "loc_test_charged5_initvel1small.npy"
+    path.write_bytes(path.read_bytes()[:500])
+    with pytest.raises(NBodyDataError, match="loc_test_charged5_initvel1small.npy: unreadable"):
+        NBodyDataModule(data_dir=str(data), **TINY).setup()
+
+
+def test_dropped_in_files_without_manifest(tiny_dir, tmp_path):
+    """EGNN's own files come without a manifest: shapes are checked, contents accepted."""
+    data = _copy(tiny_dir, tmp_path / "data")
+    (data / "manifest_charged5_initvel1small.json").unlink()
+    dm = NBodyDataModule(data_dir=str(data), batch_size=3, **TINY)
+    dm.setup()
+    assert next(iter(dm.train_dataloader()))[0].shape == (3, 5, 3)
+
+    bad = data / "charges_train_charged5_initvel1small.npy"
+    np.save(bad, np.ones((3, 5)))
+    with pytest.raises(NBodyDataError) as err:
+        NBodyDataModule(data_dir=str(data), **TINY).setup()
+    assert f"{bad}: shape (3, 5), expected (3, 5, 1)" in str(err.value)
+
+
+def test_parameter_mismatch_error(tiny_dir):
+    with pytest.raises(NBodyDataError, match="other parameters.*num_train"):
+        NBodyDataModule(data_dir=str(tiny_dir), num_train=4, num_valid=2, num_test=2).setup()
+
+
+def test_invalid_arguments():
+    with pytest.raises(ValueError, match=r"valid choices: \['nbody', 'nbody_small'\]"):
+        NBodyDataModule(dataset="nbody_large")
+    with pytest.raises(ValueError, match="frame_out=49 is out of range"):
+        NBodyDataModule(frame_out=49)
+    with pytest.raises(ValueError, match="EGNN uses frame_in=6, frame_out=8"):
+        NBodyDataModule(dataset="nbody")  # 9 frames: EGNN's 30 -> 40 does not exist there
