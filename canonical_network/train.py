@@ -188,8 +188,15 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
     try:
         results = run(cfg)
+    except SIGTERMException:
+        # Lightning exits with status 0 on SIGTERM; a stopped run is not a finished one. No failure record:
+        # rerunning the job in the same folder resumes from last.ckpt.
+        log.warning("Stopped by SIGTERM; rerun in %s to resume from its last checkpoint", cfg.paths.output_dir)
+        raise SystemExit(128 + 15) from None
     except Exception as error:
         write_failure(cfg, error)
         raise

@@ -223,16 +223,37 @@ class VNInvariant(nn.Module):
 
     Args:
         channels: ``C``.
-        negative_slope: of the hidden VN block.
+        negative_slope: of the hidden VN blocks.
         normalize_frame: orthonormalise ``z`` (invariant features then keep the norms of ``x``).
+        hidden_layers: VN blocks before the read-out to ``z``, halving the width each time
+            (``C → C/2 → C/4 …``, at least 3). Deng et al.'s point-cloud networks use 2 (their
+            ``VNStdFeature``); the default 1 is the small variant.
+        batch_norm: VN batch norm in the hidden blocks (Deng et al.'s networks use it).
     """
 
-    def __init__(self, channels: int, negative_slope: float = 0.2, normalize_frame: bool = False) -> None:
+    def __init__(
+        self,
+        channels: int,
+        negative_slope: float = 0.2,
+        normalize_frame: bool = False,
+        hidden_layers: int = 1,
+        batch_norm: bool = False,
+    ) -> None:
         super().__init__()
-        # at least 3 hidden vectors, or the frame could not span 3-D
-        hidden = max(channels // 2, 3)
-        self.hidden = VNLinearLeakyReLU(channels, hidden, negative_slope=negative_slope, batch_norm=False)
-        self.to_frame = VNLinear(hidden, 3)
+        if isinstance(hidden_layers, bool) or not isinstance(hidden_layers, int) or hidden_layers < 1:
+            raise ValueError(f"hidden_layers must be an int >= 1, got {hidden_layers!r}")
+        blocks: list[nn.Module] = []
+        width = channels
+        for depth in range(1, hidden_layers + 1):
+            # at least 3 hidden vectors, or the frame could not span 3-D
+            hidden = max(channels // 2**depth, 3)
+            blocks.append(
+                VNLinearLeakyReLU(width, hidden, negative_slope=negative_slope, batch_norm=batch_norm)
+            )
+            width = hidden
+        # One block stays a bare module so that state dicts of the default layer keep their keys.
+        self.hidden = blocks[0] if len(blocks) == 1 else nn.Sequential(*blocks)
+        self.to_frame = VNLinear(width, 3)
         self.normalize_frame = bool(normalize_frame)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -244,8 +265,19 @@ class VNInvariant(nn.Module):
             flat = frame.movedim(1, -1).movedim(1, -1).reshape(-1, 3, 3)  # (B·S, 3 vectors, 3 coords)
             flat = gram_schmidt(flat.transpose(1, 2), "O3").transpose(1, 2)
             frame = flat.reshape(frame.shape[0], *set_shape, 3, 3).movedim(-1, 1).movedim(-1, 1)
-        invariant = torch.einsum("bcd...,bjd...->bcj...", x, frame)
-        return invariant, frame
+        return vn_in_frame(x, frame), frame
+
+
+def vn_in_frame(x: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
+    """Coordinates of VN features in per-element frames: ``out[:, c, j] = ⟨x_c, z_j⟩``.
+
+    ``x`` ``(B, C, 3, *S)``, ``frame`` ``(B, 3, 3, *S)`` (three vectors ``z_j``, as :class:`VNInvariant`
+    returns them) → ``(B, C, 3, *S)``. Invariant when ``x`` and ``frame`` rotate together (O(3)). Deng et
+    al.'s segmentation networks use it to make skip features invariant with the frame of the global ones.
+    """
+    _check_vn(x)
+    _check_vn(frame, "frame")
+    return torch.einsum("bcd...,bjd...->bcj...", x, frame)
 
 
 def vn_norms(x: torch.Tensor) -> torch.Tensor:
@@ -265,6 +297,7 @@ __all__ = [
     "VNMaxPool",
     "VNMeanPool",
     "channel_mix",
+    "vn_in_frame",
     "vn_leaky_relu",
     "vn_mean_pool",
     "vn_norms",

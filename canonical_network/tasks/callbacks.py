@@ -11,6 +11,15 @@ from lightning import Callback, LightningModule, Trainer
 log = logging.getLogger(__name__)
 
 
+def _first_batches(loader, num_items: int):
+    seen = 0
+    for batch in loader:
+        yield batch
+        seen += len(batch[0])
+        if seen >= num_items:
+            return
+
+
 class CanonicalizedImageGrid(Callback):
     """At every validation, log a grid of validation images: originals (top rows) above canonicalized ones.
 
@@ -30,12 +39,14 @@ class CanonicalizedImageGrid(Callback):
             if dm is None:
                 return None
             images = []
-            for batch in dm.val_dataloader():
+            # Iterating a DataLoader draws from the global RNG; fork it so that looking at images never
+            # changes training (a resumed run must draw the same dropout masks as an uninterrupted one).
+            with torch.random.fork_rng(devices=[]):
+                batches = list(_first_batches(dm.val_dataloader(), self.num_images))
+            for batch in batches:
                 if not (torch.is_tensor(batch[0]) and batch[0].dim() == 4):
                     return None  # not an image task: nothing to show
                 images.append(batch[0])
-                if sum(len(x) for x in images) >= self.num_images:
-                    break
             # Validation shows each digit under several rotations: take every view of the first digits.
             self._images = torch.cat(images)[: self.num_images]
         return self._images

@@ -1,0 +1,204 @@
+"""What the point-cloud data modules share (paper §5.3, Appendix G.3): the train/test rotation protocol,
+seeded draws for training samples, and the loaders.
+
+The modules themselves live in :mod:`~canonical_network.data.modelnet` (ModelNet40 classification),
+:mod:`~canonical_network.data.shapenet` (ShapeNet-part segmentation) and
+:mod:`~canonical_network.data.synthetic_shapes` (the embedded default for both tasks).
+
+Rotation protocol
+-----------------
+``rotation="<train>/<test>"`` with each side one of ``none``, ``z``, ``so3`` (Esteves et al. 2018, adopted by
+Vector Neurons and the paper): ``z`` is a uniform rotation about one axis (``rotation_axis``, the literal z
+axis by default), ``so3`` a uniform (Haar) rotation. The paper's three settings are ``z/z``, ``z/so3`` and
+``so3/so3``.
+
+* Training clouds get a fresh rotation per sample and per batch, on the device, in
+  :meth:`PointCloudDataModule.on_after_batch_transfer` (training batches only), like the rotation
+  augmentation of the image modules.
+* Validation and test clouds get one fixed rotation each, drawn once from ``data_seed`` and the split's
+  name, so evaluation is deterministic and the same across runs and instantiations (the reference code
+  draws fresh test rotations at every evaluation).
+
+Points are row vectors ``(B, P, 3)`` and a rotation ``R`` acts as ``x ↦ x Rᵀ``
+(:func:`canonical_network.groups.euclidean.apply_rotation`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from lightning import LightningDataModule
+from torch.utils.data import DataLoader, Dataset
+
+from canonical_network.data.samplers import EpochSeededRandomSampler
+from canonical_network.groups.euclidean import apply_rotation, random_axis_rotations, random_rotations
+from canonical_network.utils.checks import check_choice, check_int_range
+
+ROTATION_KINDS = ("none", "z", "so3")
+# The paper's three settings first (Table 4, Table 5b); every other combination is allowed too.
+ROTATION_PROTOCOLS = ("z/z", "z/so3", "so3/so3") + tuple(
+    f"{a}/{b}"
+    for a in ROTATION_KINDS
+    for b in ROTATION_KINDS
+    if f"{a}/{b}" not in ("z/z", "z/so3", "so3/so3")
+)
+ROTATION_AXES = ("x", "y", "z")
+
+
+class PointCloudDataError(ValueError):
+    """Point-cloud data files exist but cannot be used (unreadable, wrong layout, labels out of range)."""
+
+
+def parse_rotation(protocol: str) -> tuple[str, str]:
+    """``"z/so3"`` → ``("z", "so3")``; raises ``ValueError`` listing the valid protocols."""
+    check_choice("data.rotation", protocol, ROTATION_PROTOCOLS)
+    train, test = protocol.split("/")
+    return train, test
+
+
+def seeded_generator(seed: int, *keys: str) -> torch.Generator:
+    """A CPU generator determined by ``seed`` and string ``keys`` only (e.g. ``"rotation", "test"``).
+
+    Keys are hashed with crc32 (stable across processes and Python versions, unlike ``hash``), so each use
+    of randomness gets an independent, reproducible stream.
+    """
+    entropy = [int(seed)] + [zlib.crc32(key.encode()) for key in keys]
+    state = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
+    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+
+
+def sample_rotations(
+    kind: str,
+    batch_size: int,
+    generator: torch.Generator | None = None,
+    *,
+    axis: str = "z",
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Rotation matrices ``(B, 3, 3)`` of one protocol side: identity, about ``axis``, or Haar on SO(3)."""
+    check_choice("rotation kind", kind, ROTATION_KINDS)
+    if kind == "none":
+        return torch.eye(3, device=device).expand(batch_size, 3, 3).clone()
+    if kind == "z":
+        return random_axis_rotations(batch_size, generator, axis=axis, device=device)
+    return random_rotations(batch_size, generator, device=device)
+
+
+def rotate_fixed(points: torch.Tensor, kind: str, seed: int, split: str, axis: str = "z") -> torch.Tensor:
+    """Rotate every cloud of an evaluation split ``(N, P, 3)`` by its own fixed rotation.
+
+    Rotation ``i`` depends only on ``(seed, split, kind, axis)`` and ``i``, so two instantiations (or a
+    validation split that *is* the test split) see identical clouds.
+    """
+    if kind == "none":
+        return points
+    generator = seeded_generator(seed, "rotation", split)
+    rotations = sample_rotations(kind, len(points), generator, axis=axis)
+    return apply_rotation(points, rotations.to(points.dtype))
+
+
+class SeededDrawSampler(EpochSeededRandomSampler):
+    """:class:`EpochSeededRandomSampler` that yields ``(index, draw_seed)`` instead of ``index``.
+
+    Datasets whose training samples are random (a random subset of a cloud's points, resampling a shape to a
+    fixed size) draw from ``draw_seed``, never from a global or per-worker RNG: the draws then depend only
+    on (seed, epoch), whatever the number of workers, and a resumed run sees the samples it would have seen.
+    """
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:  # type: ignore[override]
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(self.num_samples, generator=generator).tolist()
+        seeds = torch.randint(0, 2**62, (self.num_samples,), generator=generator).tolist()
+        yield from zip(order, seeds, strict=True)
+
+
+def split_item(item: int | tuple[int, int]) -> tuple[int, int | None]:
+    """``index`` or ``(index, draw_seed)`` from :class:`SeededDrawSampler` → ``(index, draw_seed | None)``."""
+    if isinstance(item, tuple):
+        return int(item[0]), int(item[1])
+    return int(item), None
+
+
+class PointCloudDataModule(LightningDataModule):
+    """Loaders, the training rotation and argument checks shared by the point-cloud data modules.
+
+    Subclasses fill ``self.splits`` (``train``, ``val``, ``test`` datasets) in ``setup`` and apply
+    :func:`rotate_fixed` to their evaluation clouds. Batches are tuples whose first element is the points
+    ``(B, P, 3)`` float32; the rest (labels) is passed through untouched.
+
+    Args:
+        rotation: ``"<train>/<test>"`` protocol, one of :data:`ROTATION_PROTOCOLS`.
+        rotation_axis: axis of the ``z`` protocol side.
+        data_seed: seed of everything fixed about the data (evaluation rotations and point samples,
+            held-out splits, generated shapes); independent of the training seed.
+        batch_size, num_workers, pin_memory: DataLoader arguments.
+    """
+
+    #: Datasets whose training samples draw random numbers take ``(index, draw_seed)`` items.
+    train_draws: bool = False
+
+    def __init__(
+        self,
+        rotation: str,
+        rotation_axis: str,
+        data_seed: int,
+        batch_size: int,
+        num_workers: int,
+        pin_memory: bool,
+    ) -> None:
+        super().__init__()
+        self.train_rotation, self.test_rotation = parse_rotation(rotation)
+        check_choice("data.rotation_axis", rotation_axis, ROTATION_AXES)
+        check_int_range("data.data_seed", data_seed, low=0)
+        check_int_range("data.batch_size", batch_size, low=1)
+        check_int_range("data.num_workers", num_workers, low=0)
+        self.rotation = rotation
+        self.rotation_axis = rotation_axis
+        self.data_seed = data_seed
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.splits: dict[str, Dataset] = {}
+
+    def rotate_eval(self, points: torch.Tensor, split: str) -> torch.Tensor:
+        """Fixed test-protocol rotations of an evaluation split's clouds ``(N, P, 3)``."""
+        return rotate_fixed(points, self.test_rotation, self.data_seed, split, axis=self.rotation_axis)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if split not in self.splits:
+            self.setup()
+        dataset = self.splits[split]
+        sampler = None
+        if shuffle:
+            sampler = SeededDrawSampler(dataset) if self.train_draws else EpochSeededRandomSampler(dataset)
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        # Rotate on the device, training batches only: a fresh rotation per cloud and per batch.
+        trainer = getattr(self, "_trainer", None)
+        if self.train_rotation != "none" and trainer is not None and trainer.training:
+            points, *rest = batch
+            rotations = sample_rotations(
+                self.train_rotation, points.shape[0], axis=self.rotation_axis, device=points.device
+            )
+            batch = (apply_rotation(points, rotations.to(points.dtype)), *rest)
+        return batch

@@ -1,0 +1,276 @@
+"""DGCNN (Wang et al. 2019, "Dynamic Graph CNN") for ModelNet40 classification and ShapeNet part
+segmentation (paper §5.3): the prediction network ``f`` of the "DGCNN" and "CN(·)-DGCNN" rows.
+
+The architecture follows the DGCNN that Deng et al. (2021) and the paper's authors trained
+(``dgcnn_cls`` / ``dgcnn_partseg``, after Wang et al.'s code):
+
+* EdgeConv: for every point ``i`` and each of its ``k`` nearest neighbours ``j`` *in the current feature
+  space* (the graph is rebuilt at every layer, hence "dynamic"), the edge feature ``[x_j − x_i, x_i]``
+  goes through 1×1 convolutions (no bias) → batch norm → leaky ReLU (0.2), then a max over the neighbours;
+* classification (k = 20): EdgeConv 64, 64, 128, 256 → concat (512) → 1024 (``emb_dims``) → max and mean
+  over points (2048) → 512 → 256 → classes, dropout 0.5 before the last two linear layers;
+* segmentation (k = 40): a spatial transform (3×3, from edge features of the input) → EdgeConv (64, 64),
+  (64, 64), 64 → concat (192) → 1024 → max; the one-hot category through a 64-unit layer; every point sees
+  ``[global 1024, category 64, its 192 edge features]`` (1,280 channels) → 256 → 256 → 128 → parts,
+  dropout 0.5 after the first two.
+
+Neighbours include the point itself, as in the reference. Not rotation invariant. Invariant to
+permutations of the points (per-point outputs permutation-equivariant), up to ties in the kNN graph.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from canonical_network.nn.knn import graph_feature
+from canonical_network.prediction.pointnet import (
+    category_one_hot,
+    check_dropout,
+    check_head,
+    check_points,
+    check_slope,
+    check_width,
+    scaled,
+)
+from canonical_network.utils.checks import check_int_range
+
+#: neighbours per head (Wang et al. 2019; Deng et al. 2021 use 40 for part segmentation)
+DEFAULT_K = {"classification": 20, "segmentation": 40}
+
+
+def _edge_layer(c_in: int, c_out: int, negative_slope: float) -> nn.Sequential:
+    """1×1 convolution on edges ``(B, C_in, P, k)`` → batch norm → leaky ReLU."""
+    return nn.Sequential(
+        nn.Conv2d(c_in, c_out, 1, bias=False), nn.BatchNorm2d(c_out), nn.LeakyReLU(negative_slope)
+    )
+
+
+def _point_layer(c_in: int, c_out: int, negative_slope: float) -> nn.Sequential:
+    """Shared per-point map ``(B, C_in, P)`` → ``(B, C_out, P)``, no bias → batch norm → leaky ReLU."""
+    return nn.Sequential(
+        nn.Conv1d(c_in, c_out, 1, bias=False), nn.BatchNorm1d(c_out), nn.LeakyReLU(negative_slope)
+    )
+
+
+class EdgeConv(nn.Module):
+    """``(B, C, P)`` → ``(B, widths[-1], P)``: kNN in the input feature space, edge features
+    ``[x_j − x_i, x_i]`` ``(B, 2C, P, k)``, the edge layers, max over neighbours."""
+
+    def __init__(
+        self, in_channels: int, widths: tuple[int, ...], k: int, negative_slope: float = 0.2
+    ) -> None:
+        super().__init__()
+        self.k = k
+        self.out_channels = widths[-1]
+        layers, c_in = [], 2 * in_channels
+        for c_out in widths:
+            layers.append(_edge_layer(c_in, c_out, negative_slope))
+            c_in = c_out
+        self.edge_mlp = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.edge_mlp(graph_feature(x, self.k)).amax(dim=-1)
+
+
+class SpatialTransform(nn.Module):
+    """DGCNN's input alignment network: a 3×3 matrix per cloud from the edge features of the input.
+
+    Edge layers 64 → 128, max over neighbours, 1024, max over points, 512 → 256 → 9 (+ identity start: the
+    last layer is initialised to zero weights and an identity bias). ``(B, 3, P)`` → ``(B, 3, 3)``.
+    """
+
+    def __init__(self, k: int, width: float = 1.0, negative_slope: float = 0.2) -> None:
+        super().__init__()
+        c1, c2, c3, f1, f2 = (scaled(c, width) for c in (64, 128, 1024, 512, 256))
+        self.k = k
+        self.edge_mlp = nn.Sequential(_edge_layer(6, c1, negative_slope), _edge_layer(c1, c2, negative_slope))
+        self.point_mlp = _point_layer(c2, c3, negative_slope)
+        self.global_mlp = nn.Sequential(
+            nn.Linear(c3, f1, bias=False),
+            nn.BatchNorm1d(f1),
+            nn.LeakyReLU(negative_slope),
+            nn.Linear(f1, f2, bias=False),
+            nn.BatchNorm1d(f2),
+            nn.LeakyReLU(negative_slope),
+        )
+        self.to_matrix = nn.Linear(f2, 9)
+        nn.init.zeros_(self.to_matrix.weight)
+        with torch.no_grad():
+            self.to_matrix.bias.copy_(torch.eye(3).flatten())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        edges = self.edge_mlp(graph_feature(x, self.k)).amax(dim=-1)  # (B, 128, P)
+        pooled = self.point_mlp(edges).amax(dim=-1)  # (B, 1024)
+        return self.to_matrix(self.global_mlp(pooled)).view(-1, 3, 3)
+
+
+class DGCNNClassificationHead(nn.Module):
+    """``(B, F)`` → ``(B, num_classes)``: 512 (no bias) → 256 → classes, batch norm, leaky ReLU and
+    dropout after each hidden layer."""
+
+    def __init__(
+        self,
+        in_features: int,
+        num_classes: int,
+        width: float = 1.0,
+        dropout: float = 0.5,
+        negative_slope: float = 0.2,
+    ) -> None:
+        super().__init__()
+        f1, f2 = scaled(512, width), scaled(256, width)
+        self.net = nn.Sequential(
+            nn.Linear(in_features, f1, bias=False),
+            nn.BatchNorm1d(f1),
+            nn.LeakyReLU(negative_slope),
+            nn.Dropout(dropout),
+            nn.Linear(f1, f2),
+            nn.BatchNorm1d(f2),
+            nn.LeakyReLU(negative_slope),
+            nn.Dropout(dropout),
+            nn.Linear(f2, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class DGCNNSegmentationHead(nn.Module):
+    """Per-point part logits: the one-hot category through a 64-unit layer, ``[global, category]``
+    broadcast to every point and concatenated with per-point features, then 256 → (dropout) → 256 →
+    (dropout) → 128 → parts (1×1 convolutions without bias, batch norm, leaky ReLU).
+
+    ``forward(global (B, G), one_hot (B, K), point_features (B, F, P))`` → ``(B, P, num_parts)``.
+    """
+
+    def __init__(
+        self,
+        global_features: int,
+        point_features: int,
+        num_categories: int,
+        num_parts: int,
+        width: float = 1.0,
+        dropout: float = 0.5,
+        negative_slope: float = 0.2,
+    ) -> None:
+        super().__init__()
+        c_cat, c1, c2, c3 = (scaled(c, width) for c in (64, 256, 256, 128))
+        self.category_mlp = _point_layer(num_categories, c_cat, negative_slope)
+        self.in_channels = global_features + c_cat + point_features
+        self.net = nn.Sequential(
+            _point_layer(self.in_channels, c1, negative_slope),
+            nn.Dropout(dropout),
+            _point_layer(c1, c2, negative_slope),
+            nn.Dropout(dropout),
+            _point_layer(c2, c3, negative_slope),
+            nn.Conv1d(c3, num_parts, 1, bias=False),
+        )
+
+    def forward(self, global_feature: torch.Tensor, one_hot: torch.Tensor, point_features: torch.Tensor):
+        category = self.category_mlp(one_hot.unsqueeze(-1)).squeeze(-1)  # (B, 64)
+        shape_code = torch.cat([global_feature, category], dim=1)
+        shape_code = shape_code.unsqueeze(-1).expand(-1, -1, point_features.shape[-1])
+        return self.net(torch.cat([shape_code, point_features], dim=1)).transpose(1, 2)
+
+
+#: EdgeConv blocks (widths of their edge layers) per head
+_BLOCKS = {
+    "classification": ((64,), (64,), (128,), (256,)),
+    "segmentation": ((64, 64), (64, 64), (64,)),
+}
+
+
+class DGCNN(nn.Module):
+    """DGCNN classifier or part segmenter.
+
+    Args:
+        head: "classification" (ModelNet40) or "segmentation" (ShapeNet-part).
+        num_classes: classification logits (ModelNet40: 40).
+        num_parts: segmentation logits per point (ShapeNet-part: 50).
+        num_categories: object categories, one-hot into the segmentation head (ShapeNet-part: 16).
+        k: neighbours of every EdgeConv; ``None``: 20 (classification) or 40 (segmentation). Clouds need at
+            least ``k`` points.
+        emb_dims: width of the global feature (1024).
+        width: multiplies every other layer width (1.0: the reference network; smaller for tests).
+        dropout: of the heads (0.5).
+        input_transform: the 3×3 spatial transform; ``None``: only for segmentation, as in the reference.
+        negative_slope: of the leaky ReLUs (0.2).
+
+    Forward: ``forward(points (B, P, 3)) -> logits (B, num_classes)``; ``forward(points (B, P, 3),
+    category (B,) int64) -> part logits (B, P, num_parts)``.
+    """
+
+    def __init__(
+        self,
+        head: str = "classification",
+        num_classes: int = 40,
+        num_parts: int = 50,
+        num_categories: int = 16,
+        k: int | None = None,
+        emb_dims: int = 1024,
+        width: float = 1.0,
+        dropout: float = 0.5,
+        input_transform: bool | None = None,
+        negative_slope: float = 0.2,
+    ) -> None:
+        super().__init__()
+        self.head_type = check_head(head)
+        self.num_classes = check_int_range("prediction.num_classes", num_classes, low=2)
+        self.num_parts = check_int_range("prediction.num_parts", num_parts, low=2)
+        self.num_categories = check_int_range("prediction.num_categories", num_categories, low=1)
+        self.k = check_int_range("prediction.k", DEFAULT_K[self.head_type] if k is None else k, low=1)
+        emb_dims = check_int_range("prediction.emb_dims", emb_dims, low=1)
+        width = check_width(width)
+        dropout = check_dropout(dropout)
+        slope = check_slope("negative_slope", negative_slope)
+        if input_transform is None:
+            input_transform = self.head_type == "segmentation"
+        self.transform = SpatialTransform(self.k, width, slope) if input_transform else None
+
+        blocks, c_in = [], 3
+        for widths in _BLOCKS[self.head_type]:
+            widths = tuple(scaled(c, width) for c in widths)
+            blocks.append(EdgeConv(c_in, widths, self.k, slope))
+            c_in = widths[-1]
+        self.blocks = nn.ModuleList(blocks)
+        concat = sum(block.out_channels for block in self.blocks)
+        self.embed = _point_layer(concat, emb_dims, slope)
+        if self.head_type == "classification":
+            # max and mean pooling side by side: 2 × emb_dims
+            self.head: nn.Module = DGCNNClassificationHead(
+                2 * emb_dims, self.num_classes, width, dropout, slope
+            )
+        else:
+            self.head = DGCNNSegmentationHead(
+                emb_dims, concat, self.num_categories, self.num_parts, width, dropout, slope
+            )
+        self.last_input_transform: torch.Tensor | None = None
+
+    def forward(self, points: torch.Tensor, category: torch.Tensor | None = None) -> torch.Tensor:
+        check_points(points)
+        x = points
+        self.last_input_transform = None
+        if self.transform is not None:
+            self.last_input_transform = self.transform(points.transpose(1, 2))
+            x = torch.bmm(points, self.last_input_transform)
+        x = x.transpose(1, 2)  # (B, 3, P)
+        features = []
+        for block in self.blocks:
+            x = block(x)
+            features.append(x)
+        point_features = torch.cat(features, dim=1)  # (B, 512 | 192, P)
+        embedded = self.embed(point_features)
+        if self.head_type == "classification":
+            return self.head(torch.cat([embedded.amax(dim=-1), embedded.mean(dim=-1)], dim=1))
+        one_hot = category_one_hot(category, self.num_categories, points.shape[0]).to(embedded.dtype)
+        return self.head(embedded.amax(dim=-1), one_hot, point_features)
+
+
+__all__ = [
+    "DEFAULT_K",
+    "DGCNN",
+    "DGCNNClassificationHead",
+    "DGCNNSegmentationHead",
+    "EdgeConv",
+    "SpatialTransform",
+]

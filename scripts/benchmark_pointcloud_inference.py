@@ -1,0 +1,249 @@
+"""Inference time of vanilla, Vector Neuron and canonicalized PointNet and DGCNN (the paper's Table 5).
+
+    python scripts/benchmark_pointcloud_inference.py --num-clouds 256 --repeats 3
+    python scripts/benchmark_pointcloud_inference.py --data-dir data/modelnet40_ply_hdf5_2048 --device cuda
+
+Six ModelNet40 classifiers at the reference widths, in eval mode, on the same clouds (batch 32 × 1,024
+points, as in Table 5):
+
+* vanilla: ``PointNet``, ``DGCNN``;
+* Vector Neuron: ``VNPointNet``, ``VNDGCNN`` (Deng et al. 2021);
+* canonicalization: CN(NL), the paper's two-layer VN canonicalizer (``VNPointCloudCanonicalizer``,
+  defaults), in front of the same vanilla network.
+
+Clouds: ``--num-clouds`` synthetic ones (default 2,468, the size of ModelNet40's test split; points on
+randomly stretched spheres: the content does not change the cost), or the test split itself from the
+``ply_data_test*.h5`` files of ``modelnet40_ply_hdf5_2048`` in ``--data-dir`` (first ``--points`` points of
+each cloud). All clouds are made before timing starts.
+
+Each repeat times all six models in turn over all clouds (interleaved, so drifts of a shared machine hit
+every model alike); a model's time is the median over repeats. One untimed warm-up batch per model comes
+first. Prints the table beside the paper's seconds (1 A100 + 8 CPUs, so only ratios compare) and the ratios
+CN/vanilla and VN/CN per backbone; writes everything to ``--output`` as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from canonical_network.canonicalization.base import CanonicalizedModel
+from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
+from canonical_network.prediction.dgcnn import DGCNN
+from canonical_network.prediction.pointnet import PointNet
+from canonical_network.prediction.vn_dgcnn import VNDGCNN
+from canonical_network.prediction.vn_pointnet import VNPointNet
+
+#: ModelNet40's test split (Wu et al. 2015; the paper's §5.3)
+MODELNET40_TEST_CLOUDS = 2468
+#: Table 5 of the paper, seconds for the ModelNet40 test split (1 A100, 8 CPUs, batch 32)
+PAPER_SECONDS = {
+    "PointNet": {"vanilla": 18.0, "vn": 30.0, "cn": 20.0},
+    "DGCNN": {"vanilla": 23.0, "vn": 39.0, "cn": 25.0},
+}
+#: what this reproduction aims for, per backbone (paper: CN/vanilla 1.11 and 1.09, VN/CN 1.5 and 1.56)
+TARGETS = {"cn_over_vanilla_max": 1.05, "vn_over_cn_min": 1.5}
+
+
+def build_models(seed: int) -> dict[str, dict[str, nn.Module]]:
+    """``{backbone: {"vanilla" | "vn" | "cn": model}}`` at the reference widths, ModelNet40 heads."""
+    torch.manual_seed(seed)
+    return {
+        "PointNet": {
+            "vanilla": PointNet(head="classification"),
+            "vn": VNPointNet(head="classification"),
+            "cn": CanonicalizedModel(
+                VNPointCloudCanonicalizer(layers="nonlinear"), PointNet(head="classification")
+            ),
+        },
+        "DGCNN": {
+            "vanilla": DGCNN(head="classification"),
+            "vn": VNDGCNN(head="classification"),
+            "cn": CanonicalizedModel(
+                VNPointCloudCanonicalizer(layers="nonlinear"), DGCNN(head="classification")
+            ),
+        },
+    }
+
+
+def synthetic_clouds(num_clouds: int, points: int, seed: int) -> torch.Tensor:
+    """``(num_clouds, points, 3)``: points uniform on spheres stretched by factors in [0.5, 1], centred and
+    scaled into the unit ball like ModelNet40 clouds. Generic positions: no tied kNN distances."""
+    gen = torch.Generator().manual_seed(seed)
+    directions = torch.randn(num_clouds, points, 3, generator=gen)
+    directions = directions / directions.norm(dim=-1, keepdim=True)
+    stretch = 0.5 + 0.5 * torch.rand(num_clouds, 1, 3, generator=gen)
+    clouds = directions * stretch
+    clouds = clouds - clouds.mean(dim=1, keepdim=True)
+    return clouds / clouds.norm(dim=-1).amax(dim=1).view(-1, 1, 1)
+
+
+def modelnet40_test_clouds(data_dir: Path, points: int, num_clouds: int | None) -> torch.Tensor:
+    """The test split from ``ply_data_test*.h5`` (``data``: ``(N, 2048, 3)``) → ``(N, points, 3)``."""
+    import h5py  # only needed here
+
+    files = sorted(data_dir.glob("*test*.h5"))
+    if not files:
+        raise FileNotFoundError(f"no *test*.h5 files in {data_dir} (expected modelnet40_ply_hdf5_2048)")
+    arrays = []
+    for path in files:
+        with h5py.File(path, "r") as f:
+            arrays.append(torch.from_numpy(f["data"][:, :points, :].astype("float32")))
+    clouds = torch.cat(arrays)
+    if clouds.shape[1] < points:
+        raise ValueError(f"clouds in {data_dir} have {clouds.shape[1]} points, fewer than --points={points}")
+    return clouds if num_clouds is None else clouds[:num_clouds]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_model(model: nn.Module, batches: list[torch.Tensor], device: torch.device) -> float:
+    """Seconds for one pass over all ``batches`` (each moved to ``device`` inside the timed region, as a
+    data loader's would be)."""
+    _sync(device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for batch in batches:
+            model(batch.to(device, non_blocking=True))
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--num-clouds", type=int, default=None, help=f"default {MODELNET40_TEST_CLOUDS}")
+    parser.add_argument("--data-dir", type=Path, help="modelnet40_ply_hdf5_2048 (its test split is timed)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--points", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved passes over all clouds")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path, default=Path("outputs/benchmarks/pointcloud_inference.json"))
+    args = parser.parse_args(argv)
+    for key in ("num_clouds", "batch_size", "points", "repeats", "threads"):
+        value = getattr(args, key)
+        if value is not None and value < 1:
+            parser.error(f"--{key.replace('_', '-')} must be >= 1, got {value}")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+
+    if args.data_dir is not None:
+        clouds, source = (
+            modelnet40_test_clouds(args.data_dir, args.points, args.num_clouds),
+            str(args.data_dir),
+        )
+    else:
+        num_clouds = MODELNET40_TEST_CLOUDS if args.num_clouds is None else args.num_clouds
+        clouds, source = synthetic_clouds(num_clouds, args.points, args.seed), "synthetic"
+    batches = list(clouds.split(args.batch_size))
+    models = build_models(args.seed)
+    for variants in models.values():
+        for model in variants.values():
+            model.to(device).eval()
+
+    print(
+        f"{len(clouds)} clouds ({source}) x {args.points} points, batch {args.batch_size}, "
+        f"{len(batches)} batches; device {device}, {torch.get_num_threads()} threads; {args.repeats} repeats"
+    )
+    names = [(backbone, variant) for backbone in models for variant in ("vanilla", "vn", "cn")]
+    for backbone, variant in names:  # warm-up: allocator, kernels, oneDNN primitives
+        time_model(models[backbone][variant], batches[:1], device)
+
+    seconds: dict[str, dict[str, list[float]]] = {b: {v: [] for v in ("vanilla", "vn", "cn")} for b in models}
+    for repeat in range(args.repeats):
+        for backbone, variant in names:
+            elapsed = time_model(models[backbone][variant], batches, device)
+            seconds[backbone][variant].append(elapsed)
+            print(
+                f"  repeat {repeat + 1}/{args.repeats}  {backbone:8s} {variant:7s} {elapsed:8.2f} s",
+                flush=True,
+            )
+
+    median = {b: {v: statistics.median(t) for v, t in per.items()} for b, per in seconds.items()}
+    ratios = {
+        b: {"cn_over_vanilla": m["cn"] / m["vanilla"], "vn_over_cn": m["vn"] / m["cn"]}
+        for b, m in median.items()
+    }
+    paper_ratios = {
+        b: {"cn_over_vanilla": p["cn"] / p["vanilla"], "vn_over_cn": p["vn"] / p["cn"]}
+        for b, p in PAPER_SECONDS.items()
+    }
+    met = {
+        b: {
+            "cn_over_vanilla": r["cn_over_vanilla"] <= TARGETS["cn_over_vanilla_max"],
+            "vn_over_cn": r["vn_over_cn"] >= TARGETS["vn_over_cn_min"],
+        }
+        for b, r in ratios.items()
+    }
+
+    print(f"\nMedian seconds for {len(clouds)} clouds (paper: 2,468 clouds on 1 A100 + 8 CPUs)")
+    print(f"{'backbone':10s} {'vanilla':>9s} {'VN':>9s} {'CN(NL)':>9s} | {'paper':>17s}")
+    for b, m in median.items():
+        p = PAPER_SECONDS[b]
+        paper = f"{p['vanilla']:.0f} / {p['vn']:.0f} / {p['cn']:.0f} s"
+        print(f"{b:10s} {m['vanilla']:9.2f} {m['vn']:9.2f} {m['cn']:9.2f} | {paper:>17s}")
+    print(f"\n{'ratio':20s} {'ours':>6s} {'paper':>6s} {'target':>8s}")
+    for b, r in ratios.items():
+        pr = paper_ratios[b]
+        for key, target in (("cn_over_vanilla", "<= 1.05"), ("vn_over_cn", ">= 1.5")):
+            label = f"{b} {'CN/vanilla' if key == 'cn_over_vanilla' else 'VN/CN'}"
+            flag = "met" if met[b][key] else "MISSED"
+            print(f"{label:20s} {r[key]:6.2f} {pr[key]:6.2f} {target:>8s}  {flag}")
+
+    record = {
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "config": {
+            "num_clouds": len(clouds),
+            "source": source,
+            "batch_size": args.batch_size,
+            "points": args.points,
+            "repeats": args.repeats,
+            "seed": args.seed,
+            "order_per_repeat": [f"{b}/{v}" for b, v in names],
+        },
+        "environment": {
+            "device": str(device),
+            "device_name": torch.cuda.get_device_name(device)
+            if device.type == "cuda"
+            else (platform.processor() or platform.machine()),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        },
+        "seconds": seconds,
+        "median_seconds": median,
+        "ratios": ratios,
+        "paper_seconds": PAPER_SECONDS,
+        "paper_ratios": paper_ratios,
+        "targets": TARGETS,
+        "targets_met": met,
+        "parameters": {
+            b: {v: sum(p.numel() for p in m.parameters()) for v, m in variants.items()}
+            for b, variants in models.items()
+        },
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"\nwrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""Runs survive being killed (SIGTERM, as on preemption) and DDP writes one result."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from canonical_network.utils.config import PROJECT_ROOT
+
+# Deterministic, small: 3 epochs of 12 batches of the CNN on the embedded data.
+RUN_ARGS = ["experiment=rotmnist/cnn", "logger=none", "seed=7", "trainer.deterministic=true",
+            "trainer.max_epochs=3", "trainer.limit_train_batches=12", "trainer.limit_val_batches=2",
+            "trainer.limit_test_batches=4", "trainer.enable_progress_bar=false", "callbacks.rich_progress_bar=null"]
+
+
+def _cmd(run_dir, *extra):
+    return [sys.executable, "-m", "canonical_network.train", *RUN_ARGS, f"hydra.run.dir={run_dir}", *extra]
+
+
+def _env():
+    return {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+
+
+def test_sigterm_mid_training_then_resume_matches_uninterrupted_run(tmp_path):
+    reference = subprocess.run(_cmd(tmp_path / "ref"), cwd=PROJECT_ROOT, env=_env(), capture_output=True,
+                               text=True, timeout=300)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    expected = json.loads((tmp_path / "ref" / "results.json").read_text())
+
+    run_dir = tmp_path / "killed"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    proc = subprocess.Popen(_cmd(run_dir), cwd=PROJECT_ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not last.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert last.exists() and proc.poll() is None, "the run should still be training after its first checkpoint"
+    proc.send_signal(signal.SIGTERM)  # mid-training: epoch 0 is checkpointed, epoch 1 is under way
+    proc.communicate(timeout=120)
+    assert proc.returncode == 143, "a stopped run must not exit as a success"
+    assert not (run_dir / "results.json").exists(), "a killed run must not report results"
+
+    resumed = subprocess.run(_cmd(run_dir), cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["resumed_from"] == str(last)
+    assert results["epochs"] == expected["epochs"] == 3
+    for key, value in expected["metrics"].items():
+        assert results["metrics"][key] == pytest.approx(value, abs=1e-6), key
+
+
+@pytest.mark.slow
+def test_ddp_cpu_two_processes_write_results_once(tmp_path):
+    run_dir = tmp_path / "ddp"
+    proc = subprocess.run(_cmd(run_dir, "trainer=ddp_cpu", "trainer.max_epochs=1"), cwd=PROJECT_ROOT,
+                          env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = list(tmp_path.rglob("results.json"))
+    assert results == [run_dir / "results.json"]
+    record = json.loads(results[0].read_text())
+    assert record["status"] == "completed" and "test/error" in record["metrics"]
+    assert record["config"]["trainer"]["strategy"] == "ddp_spawn"

@@ -1,0 +1,379 @@
+"""The point-cloud prediction networks of §5.3: PointNet, DGCNN, VN-PointNet, VN-DGCNN.
+
+Shapes at the reference widths; rotation invariance of the VN baselines by construction (and plain
+PointNet failing the same check); permutation invariance/equivariance of all four; the paper's
+CN(NL)-PointNet and CN(NL)-DGCNN invariant under SO(3)/O(3); PointNet's feature-transform regulariser;
+one optimiser step; argument checks. Small clouds and reduced widths keep this fast.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from canonical_network.canonicalization.base import CanonicalizedModel
+from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
+from canonical_network.groups.euclidean import apply_rotation, random_orthogonal, random_rotations
+from canonical_network.prediction.dgcnn import DGCNN
+from canonical_network.prediction.pointnet import PointNet, feature_transform_regularizer
+from canonical_network.prediction.vn_dgcnn import VNDGCNN
+from canonical_network.prediction.vn_pointnet import VNPointNet
+
+ATOL = 1e-4  # float32
+ATOL64 = 1e-8
+FAIL = 0.1  # plain PointNet and DGCNN are off by ~1.5 at these widths; the invariant models by < 1e-4
+B, P, K = 4, 96, 10
+HEADS = ("classification", "segmentation")
+
+#: small versions of every backbone: a quarter of the reference widths, k = 10
+SMALL: dict[str, tuple[type[nn.Module], dict]] = {
+    "pointnet": (PointNet, {"width": 0.25, "emb_dims": 64}),
+    "dgcnn": (DGCNN, {"k": K, "width": 0.25, "emb_dims": 64}),
+    "vn_pointnet": (VNPointNet, {"k": K, "width": 0.25, "emb_dims": 96}),
+    "vn_dgcnn": (VNDGCNN, {"k": K, "width": 0.25, "emb_dims": 96}),
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Small tensors: on a busy 2-core machine intra-op threads only add synchronisation."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+# ------------------------------------------------------------------------------------------------- clouds
+#: (centre, half extents) of the boxes of a chair: seat, back, four legs of different lengths and one
+#: armrest, so that no rotation or reflection maps the object onto itself (a symmetric object would make
+#: any equivariant frame depend on sampling noise).
+CHAIR_BOXES = torch.tensor(
+    [
+        [[0.00, 0.00, 0.00], [0.50, 0.45, 0.05]],
+        [[0.00, -0.42, 0.50], [0.50, 0.04, 0.45]],
+        [[0.45, 0.40, -0.40], [0.04, 0.04, 0.35]],
+        [[-0.45, 0.40, -0.35], [0.04, 0.04, 0.30]],
+        [[0.45, -0.40, -0.40], [0.04, 0.04, 0.35]],
+        [[-0.45, -0.40, -0.45], [0.04, 0.04, 0.40]],
+        [[0.50, 0.00, 0.30], [0.04, 0.40, 0.04]],
+    ]
+)
+
+
+def chair_clouds(batch: int = B, points: int = P, seed: int = 0, proportions: float = 0.3) -> torch.Tensor:
+    """``(batch, points, 3)`` points uniform on the surfaces of chairs, centred and scaled into the unit
+    ball (as ModelNet40 clouds are), each in a random orientation.
+
+    Each chair is stretched along its own axes by factors uniform in ``1 ± proportions``, so a batch holds
+    different shapes, as real batches do. (Batch statistics of identical shapes would have near-zero
+    variance for invariant features, and batch norm would then blow rounding errors up by ~300.) Random
+    surface samples are generic: no exactly tied kNN distances.
+    """
+    gen = _gen(seed)
+    stretch = 1 + proportions * (2 * torch.rand(batch, 1, 3, generator=gen) - 1)
+    centre, half = CHAIR_BOXES[:, 0], CHAIR_BOXES[:, 1]
+    area = (half[:, 0] * half[:, 1] + half[:, 1] * half[:, 2] + half[:, 0] * half[:, 2]).repeat(batch, 1)
+    box = torch.multinomial(area, points, replacement=True, generator=gen)  # (batch, points)
+    centre, half = centre[box], half[box]
+    inside = (2 * torch.rand(batch, points, 3, generator=gen) - 1) * half
+    # pick a face with probability proportional to its area: axis a has area h_b h_c
+    face_area = torch.stack(
+        [half[..., 1] * half[..., 2], half[..., 0] * half[..., 2], half[..., 0] * half[..., 1]], -1
+    )
+    axis = torch.multinomial(face_area.view(-1, 3), 1, generator=gen).view(batch, points)
+    side = 2 * torch.randint(0, 2, (batch, points, 1), generator=gen).float() - 1
+    on_face = nn.functional.one_hot(axis, 3).bool()
+    cloud = (centre + torch.where(on_face, side * half, inside)) * stretch
+    cloud = cloud - cloud.mean(dim=1, keepdim=True)
+    cloud = cloud / cloud.norm(dim=-1).amax(dim=1).view(-1, 1, 1)
+    return apply_rotation(cloud, random_rotations(batch, gen))
+
+
+def _category(seed: int) -> torch.Tensor:
+    return torch.randint(0, 16, (B,), generator=_gen(seed))
+
+
+def _build(name: str, head: str, seed: int = 0, **overrides) -> nn.Module:
+    cls, kwargs = SMALL[name]
+    torch.manual_seed(seed)
+    return cls(head=head, **{**kwargs, **overrides})
+
+
+def _call(model: nn.Module, points: torch.Tensor, category: torch.Tensor | None) -> torch.Tensor:
+    return model(points) if category is None else model(points, category)
+
+
+def _settle(model: nn.Module, head: str, seed: int) -> nn.Module:
+    """Give every batch norm the statistics of one training-mode pass over 8 other chairs, then eval mode.
+
+    Why: with the initial running statistics (mean 0, variance 1) an untrained network barely reacts to
+    its input (logits change by ~1e-4 when a cloud is stretched by half), which would make any invariance
+    check pass; normalised with real statistics, the outputs depend on the shape at order 1e-1.
+    """
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a cumulative average: after one pass, exactly that batch's statistics
+    model.train()
+    category = torch.randint(0, 16, (8,), generator=_gen(seed)) if head == "segmentation" else None
+    with torch.no_grad():
+        _call(model, chair_clouds(batch=8, seed=seed), category)
+    for norm in norms:
+        norm.momentum = 0.1
+    return model.eval()
+
+
+def _setup(name: str, head: str, seed: int):
+    points = chair_clouds(seed=100 + seed)
+    category = _category(200 + seed) if head == "segmentation" else None
+    return _settle(_build(name, head, seed), head, 700 + seed), points, category
+
+
+# --------------------------------------------------------------------------------------------------- shapes
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("name", list(SMALL))
+def test_output_shapes(name, head):
+    model = _build(name, head).eval()
+    points, category = chair_clouds(batch=3, points=64), torch.tensor([0, 7, 15])
+    out = model(points) if head == "classification" else model(points, category)
+    expected = (3, 40) if head == "classification" else (3, 64, 50)
+    assert out.shape == expected and out.dtype == torch.float32 and torch.isfinite(out).all()
+
+
+#: input width of the first layer of each head at the reference widths: the numbers of Deng et al.'s code
+REFERENCE_HEAD_INPUT = {
+    (PointNet, "classification"): 1024,
+    (PointNet, "segmentation"): 4944,  # 2048 + 16 + 64 + 128 + 128 + 512 + 2048
+    (DGCNN, "classification"): 2048,  # max and mean of 1024
+    (DGCNN, "segmentation"): 1280,  # 1024 + 64 + 3 × 64
+    (VNPointNet, "classification"): 2046,  # 3 × 682
+    (VNPointNet, "segmentation"): 9025,  # 2046 + 16 + 3 × 275 + 3 × 1364
+    (VNDGCNN, "classification"): 4092,  # 2 × 3 × 682
+    (VNDGCNN, "segmentation"): 2299,  # 2046 + 64 + 3 × 63
+}
+
+
+@pytest.mark.parametrize("cls, head", list(REFERENCE_HEAD_INPUT))
+def test_reference_widths(cls, head):
+    torch.manual_seed(0)
+    model = cls(head=head).eval()
+    first = model.head.net[0]
+    first = first[0] if isinstance(first, nn.Sequential) else first
+    in_width = first.in_features if isinstance(first, nn.Linear) else first.in_channels
+    assert in_width == REFERENCE_HEAD_INPUT[(cls, head)]
+    if hasattr(model, "k"):
+        assert model.k == (20 if head == "classification" else 40)
+    points = chair_clouds(batch=2, points=48)  # at least k = 40 points
+    with torch.no_grad():
+        out = model(points) if head == "classification" else model(points, torch.tensor([1, 2]))
+    assert out.shape == ((2, 40) if head == "classification" else (2, 48, 50))
+
+
+# ---------------------------------------------------------------------------------------------- rotations
+#: VN-PointNet uses cross products (SO(3) only); VN-DGCNN has none (O(3))
+VN_GROUPS = {"vn_pointnet": ("SO3",), "vn_dgcnn": ("SO3", "O3")}
+
+
+def _group_samples(group: str, seed: int, dtype=torch.float32) -> torch.Tensor:
+    sampler = random_rotations if group == "SO3" else random_orthogonal
+    return sampler(B, _gen(seed), dtype=dtype)
+
+
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("name", list(VN_GROUPS))
+def test_vn_models_are_rotation_invariant_by_construction(name, head):
+    """float64, so that only the construction is tested: the outputs of rotated clouds agree to 1e-8
+    (observed ~1e-12), and they do depend on the shape (a stretched cloud changes them)."""
+    worst = 0.0
+    for seed in range(2):
+        model, points, category = _setup(name, head, seed)
+        model, points = model.double(), points.double()
+        with torch.no_grad():
+            out = _call(model, points, category)
+            for group in VN_GROUPS[name]:
+                moved = apply_rotation(points, _group_samples(group, 300 + seed, torch.float64))
+                worst = max(worst, _max_err(_call(model, moved, category), out))
+            stretched = points * torch.tensor([1.0, 1.0, 1.5], dtype=torch.float64)
+            assert _max_err(_call(model, stretched, category), out) > FAIL
+    assert worst < ATOL64
+
+
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("name", list(VN_GROUPS))
+def test_vn_models_are_rotation_invariant_in_float32(name, head):
+    """float32, eval mode: VN-DGCNN within ``ATOL``. VN-PointNet is as invariant as float32 allows but no
+    more: its VN batch norms map nearly-zero vectors (which VN-ReLU produces) to vectors of order one
+    whose direction is rounding noise, so perturbing the *unrotated* input by its own float32 rounding
+    already moves its logits by ~1e-3 with these statistics. The rotation may not move them more."""
+    worst, noise_effect = 0.0, 0.0
+    for seed in range(2):
+        model, points, category = _setup(name, head, seed)
+        with torch.no_grad():
+            out = _call(model, points, category)
+            for group in VN_GROUPS[name]:
+                moved = apply_rotation(points, _group_samples(group, 300 + seed))
+                worst = max(worst, _max_err(_call(model, moved, category), out))
+            noise = torch.randn(points.shape, generator=_gen(seed))
+            rounding = torch.finfo(torch.float32).eps * points.abs() * noise  # relative size of one ulp
+            noise_effect = max(noise_effect, _max_err(_call(model, points + rounding, category), out))
+    assert worst < (ATOL if name == "vn_dgcnn" else max(ATOL, 2 * noise_effect))
+
+
+@pytest.mark.parametrize("name", list(VN_GROUPS))
+def test_vn_models_are_rotation_invariant_in_training_mode(name):
+    """Batch statistics are of vector norms (VN) or of invariants (heads), so training mode is invariant too
+    when every cloud of the batch is rotated (each by its own rotation); dropout is switched off."""
+    model = _build(name, "classification", dropout=0.0).double().train()
+    points, q = chair_clouds(seed=7).double(), random_rotations(B, _gen(8), dtype=torch.float64)
+    with torch.no_grad():
+        assert _max_err(model(apply_rotation(points, q)), model(points)) < ATOL64
+
+
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("name", ["pointnet", "dgcnn"])
+def test_plain_backbones_fail_the_rotation_check(name, head):
+    model, points, category = _setup(name, head, 0)
+    q = random_rotations(B, _gen(300))
+    with torch.no_grad():
+        err = _max_err(_call(model, apply_rotation(points, q), category), _call(model, points, category))
+    assert err > FAIL
+
+
+# ------------------------------------------------------------------------------------------- permutations
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("name", list(SMALL))
+def test_permutations_of_the_points(name, head):
+    model, points, category = _setup(name, head, 1)
+    perm = torch.randperm(P, generator=_gen(9))
+    with torch.no_grad():
+        out = _call(model, points, category)
+        permuted = _call(model, points[:, perm], category)
+    if head == "segmentation":
+        out = out[:, perm]  # per-point logits follow their points
+    assert _max_err(permuted, out) < ATOL
+
+
+# ------------------------------------------------------------------------------------- canonicalized models
+@pytest.mark.parametrize("group", ["SO3", "O3"])
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("name", ["pointnet", "dgcnn"])
+def test_canonicalized_backbones_are_invariant(name, head, group):
+    sampler = random_rotations if group == "SO3" else random_orthogonal
+    worst = 0.0
+    for seed in range(2):
+        torch.manual_seed(seed)
+        canonicalizer = VNPointCloudCanonicalizer(layers="nonlinear", k=K, hidden_dim=8, group=group)
+        points = chair_clouds(seed=400 + seed)
+        category = _category(500 + seed) if head == "segmentation" else None
+        model = _settle(CanonicalizedModel(canonicalizer, _build(name, head, seed)), head, 800 + seed)
+        q = sampler(B, _gen(600 + seed))
+        with torch.no_grad():
+            out = _call(model, points, category)
+            worst = max(worst, _max_err(_call(model, apply_rotation(points, q), category), out))
+    assert worst < ATOL
+
+
+# -------------------------------------------------------------------------------------------- regulariser
+def test_feature_transform_regularizer():
+    assert feature_transform_regularizer(random_orthogonal(3, _gen(10))).item() < 1e-10
+    q, _ = torch.linalg.qr(torch.randn(4, 64, 64, generator=_gen(11), dtype=torch.float64))
+    assert feature_transform_regularizer(q).item() < 1e-20
+    # ‖I − (2I)(2I)ᵀ‖² = 9 d
+    assert feature_transform_regularizer(2 * torch.eye(4).expand(2, 4, 4)).item() == pytest.approx(36.0)
+    assert feature_transform_regularizer(1.1 * q).item() > 1.0
+    with pytest.raises(ValueError, match="transform"):
+        feature_transform_regularizer(torch.eye(3))
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_pointnet_exposes_its_feature_transform(head):
+    model = _build("pointnet", head).eval()
+    points = chair_clouds()
+    _call(model, points, _category(0) if head == "segmentation" else None)
+    d = 16 if head == "classification" else 32  # 64 or 128 at a quarter width
+    assert model.last_feature_transform.shape == (B, d, d)
+    assert model.last_input_transform.shape == (B, 3, 3)
+    # a fresh T-Net is the identity, hence orthogonal
+    assert feature_transform_regularizer(model.last_feature_transform).item() < 1e-10
+    plain = _build("pointnet", head, input_transform=False, feature_transform=False)
+    _call(plain, points, _category(0) if head == "segmentation" else None)
+    assert plain.last_feature_transform is None and plain.last_input_transform is None
+
+
+# ---------------------------------------------------------------------------------------------- training
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("name", list(SMALL))
+def test_one_optimiser_step(name, head):
+    model = _build(name, head).train()
+    points = chair_clouds(seed=12)
+    category = _category(13) if head == "segmentation" else None
+    before = [p.detach().clone() for p in model.parameters()]
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    out = _call(model, points, category)
+    if head == "classification":
+        loss = nn.functional.cross_entropy(out, torch.randint(0, 40, (B,), generator=_gen(14)))
+    else:
+        target = torch.randint(0, 50, (B, P), generator=_gen(14))
+        loss = nn.functional.cross_entropy(out.reshape(-1, 50), target.reshape(-1))
+    if name == "pointnet":
+        loss = loss + 1e-3 * feature_transform_regularizer(model.last_feature_transform)
+    optimiser.zero_grad()
+    loss.backward()
+    optimiser.step()
+    assert torch.isfinite(loss)
+    params = list(model.parameters())
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in params)
+    changed = [not torch.equal(p, b) for p, b in zip(params, before, strict=True)]
+    # Every parameter with a real gradient moved. (Biases right before a batch norm get a gradient of
+    # rounding size only, and a fresh T-Net's zero last layer passes no gradient to the layers before it.)
+    assert all(
+        c for p, c in zip(params, changed, strict=True) if p.grad is not None and p.grad.abs().max() > 1e-5
+    )
+    assert changed[-1] and sum(changed) > len(changed) // 3
+    fresh = _build(name, head).eval()  # the same seed: the weights before the step
+    with torch.no_grad():
+        assert _max_err(_call(model.eval(), points, category), _call(fresh, points, category)) > 0
+
+
+# ------------------------------------------------------------------------------------------------ checks
+@pytest.mark.parametrize(
+    "cls, kwargs, key",
+    [
+        (PointNet, {"head": "regression"}, "prediction.head"),
+        (PointNet, {"num_classes": 1}, "prediction.num_classes"),
+        (PointNet, {"emb_dims": 0}, "prediction.emb_dims"),
+        (PointNet, {"width": 0}, "prediction.width"),
+        (PointNet, {"dropout": 1.0}, "prediction.dropout"),
+        (DGCNN, {"k": 0}, "prediction.k"),
+        (DGCNN, {"num_parts": 1.5}, "prediction.num_parts"),
+        (DGCNN, {"negative_slope": -0.1}, "prediction.negative_slope"),
+        (VNPointNet, {"pooling": "sum"}, "prediction.pooling"),
+        (VNPointNet, {"num_categories": 0}, "prediction.num_categories"),
+        (VNDGCNN, {"emb_dims": 2}, "prediction.emb_dims"),
+        (VNDGCNN, {"k": True}, "prediction.k"),
+    ],
+)
+def test_rejects_bad_arguments(cls, kwargs, key):
+    with pytest.raises(ValueError, match=key):
+        cls(**kwargs)
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_rejects_bad_inputs(name):
+    model = _build(name, "segmentation").eval()
+    points = chair_clouds()
+    with pytest.raises(ValueError, match="category"):
+        model(points)
+    with pytest.raises(ValueError, match="category"):
+        model(points, torch.zeros(B + 1, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\(B, P, 3\)"):
+        model(points.transpose(1, 2), _category(0))
