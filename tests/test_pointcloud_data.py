@@ -52,11 +52,11 @@ class FakeTrainer:
 
 def _train_batch(dm, batch):
     """``on_after_batch_transfer`` as Lightning calls it on a training batch."""
-    dm._trainer = FakeTrainer()
+    dm.trainer = FakeTrainer()
     try:
         return dm.on_after_batch_transfer(batch, 0)
     finally:
-        dm._trainer = None
+        dm.trainer = None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -430,7 +430,7 @@ def test_training_rotations_fresh_per_batch_and_only_in_training():
     assert torch.allclose(so3.norm(dim=-1), points.norm(dim=-1), atol=1e-5)
     assert _train_batch(SyntheticShapesDataModule(rotation="none/so3"), batch)[0] is points
     evaluating = SyntheticShapesDataModule(rotation="so3/so3")
-    evaluating._trainer = type("Evaluating", (), {"training": False})()
+    evaluating.trainer = type("Evaluating", (), {"training": False})()
     assert evaluating.on_after_batch_transfer(batch, 0)[0] is points
 
 

@@ -61,7 +61,7 @@ def test_training_rotation_augmentation_only_in_training():
         training = True
 
     assert dm.on_after_batch_transfer(batch, 0)[0] is batch[0]  # no trainer attached: untouched
-    dm._trainer = FakeTrainer()
+    dm.trainer = FakeTrainer()
     assert not torch.equal(dm.on_after_batch_transfer(batch, 0)[0], batch[0])
     FakeTrainer.training = False
     assert dm.on_after_batch_transfer(batch, 0)[0] is batch[0]
@@ -110,3 +110,33 @@ def test_bad_data_arguments_name_the_key():
         RotatedMNIST5kDataModule(augmentation="flip")
     with pytest.raises(ValueError, match="data.eval_rotations"):
         RotatedMNIST5kDataModule(eval_rotations=0)
+
+
+@pytest.mark.parametrize("augmentation", ["none", "rotation"])
+def test_augmentation_reaches_training_steps_inside_a_real_trainer(augmentation):
+    """Through Lightning itself: the training step sees rotated digits only when augmentation is on."""
+    import lightning as L
+
+    class Recorder(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+            self.seen = None
+
+        def training_step(self, batch, batch_idx):
+            self.seen = batch[0].clone()
+            return (self.weight * batch[0].mean()).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    torch.manual_seed(0)
+    dm = RotatedMNIST5kDataModule(augmentation=augmentation, batch_size=16, eval_rotations=1)
+    dm.setup()
+    raw = next(iter(dm.train_dataloader()))[0]  # the sampler's order depends only on (seed, epoch)
+    model = Recorder()
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu")
+    trainer.fit(model, datamodule=dm)
+    assert model.seen.shape == raw.shape
+    assert torch.equal(model.seen, raw) == (augmentation == "none")

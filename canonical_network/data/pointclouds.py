@@ -194,7 +194,7 @@ class PointCloudDataModule(LightningDataModule):
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         # Rotate on the device, training batches only: a fresh rotation per cloud and per batch.
-        trainer = getattr(self, "_trainer", None)
+        trainer = self.trainer  # set by Lightning while fitting; None outside a Trainer
         if self.train_rotation != "none" and trainer is not None and trainer.training:
             points, *rest = batch
             rotations = sample_rotations(

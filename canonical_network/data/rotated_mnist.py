@@ -65,7 +65,7 @@ class _ImageDataModule(LightningDataModule):
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         # Augment on the device, training batches only: a fresh uniform angle per image and per epoch.
-        trainer = getattr(self, "_trainer", None)
+        trainer = self.trainer  # set by Lightning while fitting; None outside a Trainer
         if self.augmentation == "rotation" and trainer is not None and trainer.training:
             images, labels = batch
             angles = torch.rand(images.shape[0], device=images.device) * 360.0
