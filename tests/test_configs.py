@@ -12,6 +12,8 @@ from tests.conftest import EXPERIMENTS, compose_config, shrink
 
 # Building the C64 lifting basis takes ~17 s and ~10 GB here; `slow` keeps the default suite quick.
 HEAVY = {"rotmnist/cn_p64"}
+# Rows that need a user-provided input to instantiate; their own tests build them (tests/test_pretrained.py).
+NEEDS_INPUT = {"rotmnist/cn_pretrained"}
 
 
 def test_experiment_files_exist():
@@ -27,6 +29,8 @@ def test_experiment_files_exist():
 def test_experiment_composes_and_instantiates(experiment, tmp_path):
     cfg = shrink(compose_config([f"experiment={experiment}"], tmp_path))
     assert cfg.experiment_name == experiment
+    if experiment in NEEDS_INPUT:
+        return
     assert isinstance(hydra.utils.instantiate(cfg.data), LightningDataModule)
     model = hydra.utils.instantiate(cfg.model)
     assert isinstance(model, LightningModule) and isinstance(model.network, CanonicalizedModel)
