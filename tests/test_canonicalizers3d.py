@@ -233,11 +233,14 @@ class PartMLP(nn.Module):
         return self.net(torch.cat([points, cat], dim=-1))
 
 
-def _pointcloud(layers="nonlinear", seed: int = 20, **kwargs) -> VNPointCloudCanonicalizer:
+#: the two input stages: pointwise (second-moment context, the default) and kNN edges (the authors' variant)
+INPUTS = {"pointwise": None, "knn": 8}
+
+
+def _pointcloud(layers="nonlinear", seed: int = 20, inputs="knn", **kwargs) -> VNPointCloudCanonicalizer:
     torch.manual_seed(seed)
-    kwargs.setdefault("k", 8)
     kwargs.setdefault("hidden_dim", 8)
-    return VNPointCloudCanonicalizer(layers=layers, **kwargs)
+    return VNPointCloudCanonicalizer(layers=layers, k=INPUTS[inputs], **kwargs)
 
 
 def _sample(group: str, batch: int, seed: int, dtype=torch.float32) -> torch.Tensor:
@@ -245,11 +248,12 @@ def _sample(group: str, batch: int, seed: int, dtype=torch.float32) -> torch.Ten
     return sampler(batch, _gen(seed), dtype=dtype)
 
 
+@pytest.mark.parametrize("inputs", list(INPUTS))
 @pytest.mark.parametrize("group", ["SO3", "O3"])
 @pytest.mark.parametrize("pooling", ["mean", "max"])
 @pytest.mark.parametrize("layers", ["linear", "nonlinear"])
-def test_pointcloud_canonicalizer_is_equivariant(layers, pooling, group):
-    canon = _pointcloud(layers, pooling=pooling, group=group).eval()
+def test_pointcloud_canonicalizer_is_equivariant(layers, pooling, group, inputs):
+    canon = _pointcloud(layers, pooling=pooling, group=group, inputs=inputs).eval()
     points = object_surface(seed=21)
     q = _sample(group, 4, 22)
     shift = random_translations(4, _gen(23))
@@ -265,10 +269,11 @@ def test_pointcloud_canonicalizer_is_equivariant(layers, pooling, group):
     assert _max_err(canonical, canonical_moved) < ATOL
 
 
-def test_pointcloud_canonicalized_classifier_is_invariant_and_the_predictor_alone_is_not():
+@pytest.mark.parametrize("inputs", list(INPUTS))
+def test_pointcloud_canonicalized_classifier_is_invariant_and_the_predictor_alone_is_not(inputs):
     torch.manual_seed(24)
     predictor = PointMLP()
-    model = CanonicalizedModel(_pointcloud(), predictor).eval()
+    model = CanonicalizedModel(_pointcloud(inputs=inputs), predictor).eval()
     points = object_surface(seed=25)
     q = random_rotations(4, _gen(26))
     assert _max_err(model(apply_rotation(points, q)), model(points)) < ATOL
@@ -292,17 +297,20 @@ def test_pointcloud_part_segmentation_passes_the_category_through():
     assert _max_err(predictor(apply_rotation(points, q), category), predictor(points, category)) > FAIL
 
 
+@pytest.mark.parametrize("inputs", list(INPUTS))
+@pytest.mark.parametrize("pooling", ["mean", "max"])
 @pytest.mark.parametrize("layers", ["linear", "nonlinear"])
-def test_pointcloud_canonicalizer_is_permutation_invariant(layers):
-    canon = _pointcloud(layers, pooling="max").eval()
+def test_pointcloud_canonicalizer_is_permutation_invariant(layers, pooling, inputs):
+    canon = _pointcloud(layers, pooling=pooling, inputs=inputs).eval()
     points = object_surface(seed=30)
     perm = torch.randperm(96, generator=_gen(31))
     assert _max_err(canon.group_element(points[:, perm]), canon.group_element(points)) < ATOL
 
 
-def test_pointcloud_equivariance_in_float64():
+@pytest.mark.parametrize("inputs", list(INPUTS))
+def test_pointcloud_equivariance_in_float64(inputs):
     torch.manual_seed(32)
-    model = CanonicalizedModel(_pointcloud(), PointMLP()).double().eval()
+    model = CanonicalizedModel(_pointcloud(inputs=inputs), PointMLP()).double().eval()
     points = object_surface(seed=33, dtype=torch.float64)
     q = random_rotations(4, _gen(34), dtype=torch.float64)
     r = model.canonicalizer.group_element(points)
@@ -310,9 +318,10 @@ def test_pointcloud_equivariance_in_float64():
     assert _max_err(model(apply_rotation(points, q)), model(points)) < ATOL64
 
 
-def test_pointcloud_equivariance_with_batch_statistics():
+@pytest.mark.parametrize("inputs", list(INPUTS))
+def test_pointcloud_equivariance_with_batch_statistics(inputs):
     # training mode: VN batch norm uses batch statistics of (invariant) norms
-    canon = _pointcloud().train()
+    canon = _pointcloud(inputs=inputs).train()
     points = object_surface(seed=35)
     q = random_rotations(4, _gen(36))
     assert _max_err(canon.group_element(apply_rotation(points, q)), q @ canon.group_element(points)) < ATOL
@@ -329,10 +338,11 @@ def test_pointcloud_frozen_canonicalizer_does_not_train():
     assert all(torch.equal(v, model.canonicalizer.state_dict()[k]) for k, v in before.items())
 
 
+@pytest.mark.parametrize("inputs", list(INPUTS))
 @pytest.mark.parametrize("group", ["SO3", "O3"])
 @pytest.mark.parametrize("layers", ["linear", "nonlinear"])
 @pytest.mark.parametrize("cloud", ["planar", "duplicates", "one_point"])
-def test_pointcloud_degenerate_clouds_are_finite(cloud, layers, group):
+def test_pointcloud_degenerate_clouds_are_finite(cloud, layers, group, inputs):
     points = object_surface(batch=2, points=32, seed=38)
     if cloud == "planar":
         points = points * torch.tensor([1.0, 1.0, 0.0])
@@ -341,7 +351,7 @@ def test_pointcloud_degenerate_clouds_are_finite(cloud, layers, group):
     else:
         points = torch.tensor([0.2, -0.4, 0.9]).expand(2, 32, 3).clone()
     points.requires_grad_(True)
-    model = CanonicalizedModel(_pointcloud(layers, group=group), PointMLP()).train()
+    model = CanonicalizedModel(_pointcloud(layers, group=group, inputs=inputs), PointMLP()).train()
     (canonical,), r = model.canonicalize(points)
     assert torch.isfinite(canonical).all() and _orthogonality_error(r) < 1e-5
     if group == "SO3":
@@ -366,3 +376,19 @@ def test_pointcloud_degenerate_clouds_are_finite(cloud, layers, group):
 def test_pointcloud_rejects_bad_arguments(kwargs, key):
     with pytest.raises(ValueError, match=key):
         VNPointCloudCanonicalizer(**kwargs)
+
+
+def test_pointcloud_default_canonicalizer_builds_no_knn_graph(monkeypatch):
+    # The default is the cheap pointwise input (O(P)); the O(P²) kNN graph only when k is given.
+    import canonical_network.canonicalization.pointcloud as pointcloud
+
+    def no_graph(*args, **kwargs):
+        raise AssertionError("the default canonicalizer must not build a kNN graph")
+
+    monkeypatch.setattr(pointcloud, "graph_feature", no_graph)
+    canon = VNPointCloudCanonicalizer().eval()
+    assert canon.k is None and canon.neighbour_pool is None
+    points = object_surface(seed=40)
+    q = random_rotations(4, _gen(41))
+    r = canon.group_element(points)
+    assert _max_err(canon.group_element(apply_rotation(points, q)), q @ r) < ATOL
