@@ -173,8 +173,8 @@ class DGCNNSegmentationHead(nn.Module):
         return self.net(torch.cat([shape_code, point_features], dim=1)).transpose(1, 2)
 
 
-#: EdgeConv blocks (widths of their edge layers) per head
-_BLOCKS = {
+#: EdgeConv blocks (widths of their edge layers) per head; VN-DGCNN uses the same layout
+EDGE_CONV_BLOCKS = {
     "classification": ((64,), (64,), (128,), (256,)),
     "segmentation": ((64, 64), (64, 64), (64,)),
 }
@@ -228,7 +228,7 @@ class DGCNN(nn.Module):
         self.transform = SpatialTransform(self.k, width, slope) if input_transform else None
 
         blocks, c_in = [], 3
-        for widths in _BLOCKS[self.head_type]:
+        for widths in EDGE_CONV_BLOCKS[self.head_type]:
             widths = tuple(scaled(c, width) for c in widths)
             blocks.append(EdgeConv(c_in, widths, self.k, slope))
             c_in = widths[-1]

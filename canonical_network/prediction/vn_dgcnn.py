@@ -28,7 +28,11 @@ from torch import nn
 
 from canonical_network.nn.knn import graph_feature
 from canonical_network.nn.vector_neurons import VNLinearLeakyReLU, vn_in_frame
-from canonical_network.prediction.dgcnn import DGCNNClassificationHead, DGCNNSegmentationHead
+from canonical_network.prediction.dgcnn import (
+    EDGE_CONV_BLOCKS,
+    DGCNNClassificationHead,
+    DGCNNSegmentationHead,
+)
 from canonical_network.prediction.pointnet import (
     category_one_hot,
     check_dropout,
@@ -70,11 +74,6 @@ class VNEdgeConv(nn.Module):
         return self.pool(self.edge_mlp(graph_feature(x, self.k)))
 
 
-#: VN EdgeConv blocks (scalar-equivalent widths of their VN layers) per head
-_BLOCKS = {
-    "classification": ((64,), (64,), (128,), (256,)),
-    "segmentation": ((64, 64), (64, 64), (64,)),
-}
 
 
 class VNDGCNN(nn.Module):
@@ -122,7 +121,8 @@ class VNDGCNN(nn.Module):
         slope = check_slope("negative_slope", negative_slope)
 
         blocks, c_in = [], 1  # the input cloud is one VN channel
-        for widths in _BLOCKS[self.head_type]:
+        # Same block layout as DGCNN, the widths read as scalar-equivalent VN widths.
+        for widths in EDGE_CONV_BLOCKS[self.head_type]:
             widths = tuple(vn_channels(c, width) for c in widths)
             blocks.append(VNEdgeConv(c_in, widths, self.k, self.pooling, slope))
             c_in = widths[-1]
