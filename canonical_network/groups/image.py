@@ -70,3 +70,17 @@ def element_angles_deg(num_rotations: int, reflection: bool, device=None) -> tup
         angles = torch.cat([angles, angles])
         reflect = torch.cat([reflect, torch.ones(num_rotations, device=device)])
     return angles, reflect
+
+
+def act_exact(images: torch.Tensor, angle_deg: float, reflect: bool = False) -> torch.Tensor:
+    """The same element applied to a whole batch, exactly on the pixel grid where it can be.
+
+    Multiples of 90° go through ``torch.rot90`` (no interpolation, so an invariant model's outputs must
+    match to float precision); any other angle falls back to the bilinear :func:`rotate_deg`.
+    """
+    if reflect:
+        images = images.flip(-1)
+    quarter_turns = angle_deg / 90.0
+    if float(quarter_turns).is_integer():
+        return torch.rot90(images, int(quarter_turns) % 4, dims=(-2, -1))
+    return rotate_deg(images, float(angle_deg))

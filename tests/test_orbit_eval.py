@@ -1,0 +1,80 @@
+"""Group-orbit evaluation: test/error under every element of C_4, from the real Rotated MNIST configs.
+
+Each model is first fitted to 32 upright digits (so that its predictions depend on the input and the
+comparison below is not between constant outputs), then tested on those digits through a real Trainer.
+An invariant model must score the same under all four quarter turns; the plain CNN must not.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra.utils import instantiate
+from lightning import Trainer
+from omegaconf import open_dict
+from torch.utils.data import DataLoader, TensorDataset
+
+from tests.conftest import compose_config, shrink
+
+
+def _fit_and_test(experiment: str, digits, steps: int = 40, orbit_rotations: int = 4) -> dict[str, float]:
+    cfg = shrink(compose_config([f"experiment={experiment}"]))
+    with open_dict(cfg):
+        cfg.model.orbit_rotations = orbit_rotations
+    torch.manual_seed(0)
+    model = instantiate(cfg.model)
+    images, labels = digits
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    model.train()
+    for _ in range(steps):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False,
+                      enable_model_summary=False)
+    loader = DataLoader(TensorDataset(images, labels), batch_size=16)
+    return trainer.test(model, dataloaders=loader, verbose=False)[0]
+
+
+def _orbit_errors(metrics: dict[str, float], n: int) -> list[float]:
+    return [metrics[f"test/orbit/error_g{k}"] for k in range(n)]
+
+
+@pytest.mark.parametrize("experiment", ["rotmnist/gcnn_p4", "rotmnist/cn_p4", "rotmnist/cn_pca"])
+def test_invariant_models_score_the_same_on_the_whole_orbit(experiment, digits):
+    metrics = _fit_and_test(experiment, digits)
+    errors = _orbit_errors(metrics, 4)
+    # The fit worked (predictions vary with the input), so equal errors are not equal constants.
+    assert metrics["test/error"] < 50.0, metrics
+    # Element 0 is the identity: the orbit evaluation reproduces test/error.
+    assert errors[0] == pytest.approx(metrics["test/error"], abs=1e-4)
+    # Quarter turns are exact (rot90), so an invariant model classifies every digit the same way.
+    assert max(errors) - min(errors) == pytest.approx(0.0, abs=1e-4), errors
+    assert metrics["test/orbit/error_gap"] == pytest.approx(0.0, abs=1e-4)
+    assert metrics["test/orbit/error_worst"] == pytest.approx(max(errors), abs=1e-4)
+
+
+def test_plain_cnn_fails_the_orbit_check(digits):
+    metrics = _fit_and_test("rotmnist/cnn", digits)
+    errors = _orbit_errors(metrics, 4)
+    assert errors[0] < 50.0, errors  # fits the upright digits ...
+    assert metrics["test/orbit/error_worst"] > errors[0] + 20.0, errors  # ... but not their quarter turns
+    assert metrics["test/orbit/error_gap"] == pytest.approx(max(errors) - min(errors), abs=1e-4)
+    assert metrics["test/orbit/error_mean"] == pytest.approx(sum(errors) / 4, abs=1e-4)
+
+
+def test_orbit_with_reflections_and_off_switch(digits):
+    metrics = _fit_and_test("rotmnist/cnn", digits, steps=1, orbit_rotations=0)
+    assert not any(k.startswith("test/orbit/") for k in metrics)
+    cfg = compose_config(["experiment=rotmnist/cnn", "model.orbit_rotations=2", "model.orbit_reflection=true"])
+    model = instantiate(cfg.model)
+    assert model.orbit == [(0.0, False), (180.0, False), (0.0, True), (180.0, True)]
+
+
+def test_bad_orbit_size_names_the_key():
+    from canonical_network.tasks.image_classification import ImageClassificationTask
+
+    cfg = compose_config(["experiment=rotmnist/cnn"])
+    parts = {"canonicalizer": instantiate(cfg.canonicalization), "predictor": instantiate(cfg.prediction)}
+    with pytest.raises(ValueError, match="model.orbit_rotations"):
+        ImageClassificationTask(**parts, optimizer=torch.optim.Adam, orbit_rotations=-1)
