@@ -188,7 +188,7 @@ def basis_dimensions(
 
     Built on a single input and output field (the basis is the same for every pair of fields; escnn stores
     one weight vector of this size per pair). This is not much cheaper than the full model for large N: the
-    cost is escnn sampling the basis of one pair of regular fields (~7 s and ~2.7 GB for N = 64 here), which
+    cost is escnn sampling the basis of one pair of regular fields (a few seconds and ~2 GB for N = 64 here), which
     the layers share, and the count needs that sample (escnn drops elements that vanish on the grid). Cached
     per process, as escnn caches the sampled bases.
     """

@@ -1,22 +1,56 @@
-"""Make escnn 1.0.11 build dihedral (D_N) bases on current scikit-learn.
+"""Two fixes to escnn 1.0.11, applied by :func:`patch_escnn` before any of our escnn layers is built.
 
-escnn computes null spaces with scikit-learn's ``randomized_svd`` when it is importable. Recent
-scikit-learn refuses the ``np.matrix`` escnn passes it ("np.matrix is not supported"), which crashes every
-dihedral layer on a cold basis cache. escnn already has an exact fallback (``scipy.linalg.svd``) for when
-scikit-learn is missing; we select it. The exact SVD is also the better choice for these small matrices.
+1. **Dihedral bases on current scikit-learn.** escnn computes null spaces with scikit-learn's
+   ``randomized_svd`` when it is importable. Recent scikit-learn refuses the ``np.matrix`` escnn passes it
+   ("np.matrix is not supported"), which crashes every dihedral layer on a cold basis cache. escnn already
+   has an exact fallback (``scipy.linalg.svd``) for when scikit-learn is missing; we select it. The exact
+   SVD is also the better choice for these small matrices.
+
+2. **Memory of large bases.** escnn normalises every sampled kernel basis (shape ``(B, O, I, P)``: basis
+   elements, output and input size, grid points) in ``normalize_basis`` by forming all the products
+   ``basis[b] · basis[b]ᵀ`` per grid point, a ``(B, O, O, P)`` tensor, and then keeping only its trace.
+   For a regular C64 field (O = 64) and an image-sized 28×28 kernel that intermediate alone is ~8 GB,
+   which is why building CN(p64) peaked near 10.6 GB and D64 (O = 128) did not fit in 24 GB. The trace
+   is the sum of the squared entries, ``Σ_{o,i,p} basis[b,o,i,p]²``, which needs no intermediate at all;
+   :func:`lean_normalize_basis` computes it so and is otherwise escnn's function (same in-place division,
+   same thresholds), so the sampled bases, hence the models, are unchanged (checked in
+   ``tests/test_escnn_memory.py``).
 """
 
 from __future__ import annotations
 
+import torch
+
 _PATCHED = False
+#: escnn's own ``normalize_basis``, kept once patched (the tests compare against it)
+ESCNN_NORMALIZE_BASIS = None
+
+
+def lean_normalize_basis(basis: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """escnn's ``normalize_basis`` without the ``(B, O, O, P)`` intermediate; normalises ``basis`` in place."""
+    b = basis.shape[0]
+    assert basis.dim() > 2, basis.shape
+    assert sizes.shape == (b,), (sizes.shape, b, basis.shape)
+    # trace_o Σ_p (basis[b] basis[b]ᵀ)[o, o, p] = Σ_{o,i,p} basis[b, o, i, p]²
+    norms = basis.pow(2).reshape(b, -1).sum(dim=1)
+    norms = norms / sizes
+    norms[norms < 1e-15] = 0
+    norms = torch.sqrt(norms)
+    norms[norms < 1e-6] = 1
+    norms[norms != norms] = 1
+    basis /= norms.view(b, *([1] * (basis.dim() - 1)))
+    return basis
 
 
 def patch_escnn() -> None:
-    """Idempotently route escnn's null-space computation to scipy's exact SVD."""
-    global _PATCHED
+    """Idempotently apply both fixes (exact SVD; lean basis normalisation)."""
+    global _PATCHED, ESCNN_NORMALIZE_BASIS
     if _PATCHED:
         return
     from escnn.group import _numerical
+    from escnn.nn.modules.basismanager import basisexpansion_singleblock
 
     _numerical.randomized_svd = None
+    ESCNN_NORMALIZE_BASIS = basisexpansion_singleblock.normalize_basis
+    basisexpansion_singleblock.normalize_basis = lean_normalize_basis
     _PATCHED = True
