@@ -1,6 +1,8 @@
 """Turn finished runs into the paper's tables: ours (mean ± std over seeds) beside the paper's numbers.
 
     python -m canonical_network.tables outputs/multiruns/<sweep dir> [--format markdown|latex] [--table NAME]
+    python -m canonical_network.tables <sweep dir> <another sweep dir> --table rotmnist_table2
+    python -m canonical_network.tables <sweep dir> --table rotmnist_table1 --metric test/orbit/error_worst
     python -m canonical_network.tables --wandb <entity>/<project> [--group rotmnist_table1]
 
 Every ``results.json`` below the folder is one run (see ``canonical_network.train``); runs are matched to
@@ -161,7 +163,12 @@ def render(name: str, spec: dict, rows: list[tuple[str, list[Cell]]], fmt: str =
     return "\n".join(lines)
 
 
-def make_tables(runs: list[dict], fmt: str = "markdown", only: str | None = None) -> str:
+def make_tables(runs: list[dict], fmt: str = "markdown", only: str | None = None, metric: str | None = None) -> str:
+    """All paper tables that have runs (or only ``only``); ``metric`` replaces each table's own metric.
+
+    With another metric the paper's column still shows the paper's figure, i.e. the table then compares,
+    say, our worst case over the group orbit (``test/orbit/error_worst``) with the paper's plain test error.
+    """
     tables = paper_tables()
     if only and only not in tables:
         raise SystemExit(f"--table {only!r} is not a paper table; valid: {', '.join(tables)}")
@@ -169,6 +176,8 @@ def make_tables(runs: list[dict], fmt: str = "markdown", only: str | None = None
     for name, spec in tables.items():
         if only and name != only:
             continue
+        if metric:
+            spec = {**spec, "metric": metric, "scale": 1.0, "title": f"{spec['title']} [ours: {metric}]"}
         rows = build_table(spec, runs)
         if only or any(cell.values or cell.failures for _, cells in rows for cell in cells):
             out.append(render(name, spec, rows, fmt))
@@ -177,24 +186,29 @@ def make_tables(runs: list[dict], fmt: str = "markdown", only: str | None = None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", nargs="?", help="folder searched recursively for results.json files")
+    parser.add_argument("folder", nargs="*", help="folders searched recursively for results.json files")
     parser.add_argument("--format", choices=("markdown", "latex"), default="markdown")
     parser.add_argument("--table", help="print only this table (e.g. rotmnist_table1)")
     parser.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from W&B instead of a folder")
     parser.add_argument("--group", help="with --wandb: only runs of this W&B group (a sweep name)")
+    parser.add_argument("--metric", help="report this logged metric instead of the table's (e.g. test/orbit/error_worst)")
     args = parser.parse_args(argv)
     if bool(args.folder) == bool(args.wandb):
         parser.error("give either a results folder or --wandb ENTITY/PROJECT")
     if args.folder:
-        if not Path(args.folder).is_dir():
-            parser.error(f"{args.folder} is not a folder")
-        runs = load_runs(Path(args.folder))
+        for folder in args.folder:
+            if not Path(folder).is_dir():
+                parser.error(f"{folder} is not a folder")
+        runs = [run for folder in args.folder for run in load_runs(Path(folder))]
     else:
         runs = load_wandb_runs(args.wandb, args.group)
     if not runs:
-        print(f"no {RESULTS_FILE} found under {args.folder or args.wandb}", file=sys.stderr)
+        print(f"no {RESULTS_FILE} found under {' '.join(args.folder) or args.wandb}", file=sys.stderr)
         return 1
-    text = make_tables(runs, args.format, args.table)
+    if args.metric and not any(args.metric in run["metrics"] for run in runs):
+        known = sorted({name for run in runs for name in run["metrics"]})
+        parser.error(f"--metric {args.metric!r} was not logged by any of these runs; logged: {', '.join(known)}")
+    text = make_tables(runs, args.format, args.table, args.metric)
     print(text or "none of the runs belongs to a paper table (see canonical_network/paper_results.json)")
     return 0
 

@@ -80,3 +80,17 @@ def test_wandb_reader_builds_the_same_records():
     assert runs[0]["config.canonicalization.num_rotations"] == 4
     text = tables.make_tables(runs, only="rotmnist_table1")
     assert "2.50 ± 0.71 (n=2)" in text
+
+
+def test_several_folders_and_another_metric(tmp_path, capsys):
+    write_result(tmp_path / "sweep_a", "cnn", "rotmnist/cnn", {"test/error": 5.0, "test/orbit/error_worst": 9.0})
+    write_result(tmp_path / "sweep_b", "cnn", "rotmnist/cnn", {"test/error": 7.0, "test/orbit/error_worst": 11.0})
+    folders = [str(tmp_path / "sweep_a"), str(tmp_path / "sweep_b")]
+    assert tables.main([*folders, "--table", "rotmnist_table1"]) == 0
+    assert "| CNN (base) | 6.00 ± 1.41 (n=2) | 4.90 ± 0.20 | +1.10 |" in capsys.readouterr().out
+    assert tables.main([*folders, "--table", "rotmnist_table1", "--metric", "test/orbit/error_worst"]) == 0
+    out = capsys.readouterr().out
+    assert "[ours: test/orbit/error_worst]" in out and "| CNN (base) | 10.00 ± 1.41 (n=2) |" in out
+    with pytest.raises(SystemExit):
+        tables.main([*folders, "--metric", "test/nonsense"])
+    assert "test/orbit/error_worst" in capsys.readouterr().err  # the error lists what was logged
