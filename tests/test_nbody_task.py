@@ -130,10 +130,33 @@ def test_test_mse_is_the_mean_over_all_coordinates(tiny_dir):
     dm = NBodyDataModule(data_dir=str(tiny_dir), batch_size=6, **TINY)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     logged = trainer.test(model, datamodule=dm, verbose=False)[0]["test/mse"]
-    loc, vel, charges, target = dm.datasets["test"].tensors
+    loc, vel, charges, target = dm.splits["test"].tensors
     with torch.no_grad():
         expected = torch.nn.functional.mse_loss(model(loc, vel, charges), target).item()
     assert logged == pytest.approx(expected, rel=1e-5)
+
+
+def test_training_order_depends_only_on_seed_and_epoch(tiny_dir):
+    # The shared SplitDataModule shuffles by (seed, epoch), never from the global RNG, so resumed runs
+    # replay the same batches; validation and test are not shuffled.
+    def first_epochs(dm: NBodyDataModule) -> list[torch.Tensor]:
+        loader = dm.train_dataloader()
+        orders = []
+        for epoch in range(2):
+            loader.sampler.set_epoch(epoch)
+            torch.rand(100)  # other consumers of the global RNG must not matter
+            orders.append(torch.cat([batch[0][:, 0, 0] for batch in loader]))
+        return orders
+
+    torch.manual_seed(7)
+    first = first_epochs(NBodyDataModule(data_dir=str(tiny_dir), batch_size=4, **TINY))
+    torch.manual_seed(7)
+    again = first_epochs(NBodyDataModule(data_dir=str(tiny_dir), batch_size=4, **TINY))
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not torch.equal(first[0], first[1])  # a new permutation each epoch
+    dm = NBodyDataModule(data_dir=str(tiny_dir), batch_size=4, **TINY)
+    val = torch.cat([batch[0] for batch in dm.val_dataloader()])
+    assert torch.equal(val, dm.splits["val"].tensors[0])
 
 
 @pytest.mark.parametrize("experiment", NBODY_EXPERIMENTS)

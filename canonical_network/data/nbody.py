@@ -27,11 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
+from canonical_network.data.base import SplitDataModule
 from canonical_network.data.nbody_sim import ChargedSimConfig, draw_initial_conditions, resolve_dot, simulate
 
 log = logging.getLogger(__name__)
@@ -337,7 +337,7 @@ def verify_nbody_files(data_dir: str | Path, spec: NBodyDatasetSpec) -> bool:
     return manifest is not None
 
 
-class NBodyDataModule(L.LightningDataModule):
+class NBodyDataModule(SplitDataModule):
     """Charged-particle N-body data for the dynamics-prediction task (paper §5.2, EGNN protocol).
 
     Each sample is one simulation: the state at frame ``frame_in`` and the positions at ``frame_out``
@@ -347,7 +347,8 @@ class NBodyDataModule(L.LightningDataModule):
         loc (B, N, 3), vel (B, N, 3), charges (B, N, 1), target_loc (B, N, 3)
 
     Training uses the first ``max_train_samples`` training simulations (3,000 in EGNN and the paper);
-    validation and test use all of theirs.
+    validation and test use all of theirs. ``self.splits`` holds them as ``train``, ``val`` and ``test``
+    (the files say ``valid``).
 
     Args:
         data_dir: directory holding (or receiving) the .npy files.
@@ -377,7 +378,7 @@ class NBodyDataModule(L.LightningDataModule):
         num_test: int | None = None,
         seed: int | None = None,
     ):
-        super().__init__()
+        super().__init__(batch_size, num_workers)
         self.save_hyperparameters()
         self.spec = get_dataset_spec(
             dataset, num_train=num_train, num_valid=num_valid, num_test=num_test, seed=seed
@@ -392,10 +393,7 @@ class NBodyDataModule(L.LightningDataModule):
         self.data_dir = Path(data_dir)
         self.frame_in, self.frame_out = frame_in, frame_out
         self.max_train_samples = max_train_samples
-        self.batch_size = batch_size
-        self.num_workers = num_workers
         self.generate_if_missing = generate_if_missing
-        self.datasets: dict[str, TensorDataset] = {}
 
     def missing_files(self) -> list[str]:
         return [name for name in self.spec.file_names() if not (self.data_dir / name).exists()]
@@ -423,7 +421,7 @@ class NBodyDataModule(L.LightningDataModule):
         log.info("N-body dataset written to %s", self.data_dir)
 
     def setup(self, stage: str | None = None) -> None:
-        if self.datasets:
+        if self.splits:
             return
         self.prepare_data()  # idempotent; lets the module be used without a Trainer
         has_manifest = verify_nbody_files(self.data_dir, self.spec)
@@ -431,7 +429,7 @@ class NBodyDataModule(L.LightningDataModule):
             log.info("No manifest in %s: checked the N-body files' shapes only.", self.data_dir)
         for split in SPLITS:
             limit = self.max_train_samples if split == "train" else None
-            self.datasets[split] = self._load_split(split, limit)
+            self.splits["val" if split == "valid" else split] = self._load_split(split, limit)
 
     def _load_split(self, split: str, limit: int | None) -> TensorDataset:
         def load(array: str) -> np.ndarray:
@@ -452,23 +450,3 @@ class NBodyDataModule(L.LightningDataModule):
             torch.from_numpy(np.ascontiguousarray(charges[:count], dtype=np.float32)),
             frame(loc, self.frame_out),
         )
-
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        if not self.datasets:
-            self.setup()
-        return DataLoader(
-            self.datasets[split],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("valid", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)

@@ -30,9 +30,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
-from lightning import LightningDataModule
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset, Sampler
 
+from canonical_network.data.base import SplitDataModule
 from canonical_network.data.samplers import EpochSeededRandomSampler
 from canonical_network.groups.euclidean import apply_rotation, random_axis_rotations, random_rotations
 from canonical_network.utils.checks import check_choice, check_int_range
@@ -122,7 +122,7 @@ def split_item(item: int | tuple[int, int]) -> tuple[int, int | None]:
     return int(item), None
 
 
-class PointCloudDataModule(LightningDataModule):
+class PointCloudDataModule(SplitDataModule):
     """Loaders, the training rotation and argument checks shared by the point-cloud data modules.
 
     Subclasses fill ``self.splits`` (``train``, ``val``, ``test`` datasets) in ``setup`` and apply
@@ -149,56 +149,25 @@ class PointCloudDataModule(LightningDataModule):
         num_workers: int,
         pin_memory: bool,
     ) -> None:
-        super().__init__()
+        super().__init__(batch_size, num_workers, pin_memory)
         self.train_rotation, self.test_rotation = parse_rotation(rotation)
         check_choice("data.rotation_axis", rotation_axis, ROTATION_AXES)
         check_int_range("data.data_seed", data_seed, low=0)
-        check_int_range("data.batch_size", batch_size, low=1)
-        check_int_range("data.num_workers", num_workers, low=0)
         self.rotation = rotation
         self.rotation_axis = rotation_axis
         self.data_seed = data_seed
-        self.batch_size = batch_size
-        self.num_workers = num_workers
-        self.pin_memory = pin_memory
-        self.splits: dict[str, Dataset] = {}
 
     def rotate_eval(self, points: torch.Tensor, split: str) -> torch.Tensor:
         """Fixed test-protocol rotations of an evaluation split's clouds ``(N, P, 3)``."""
         return rotate_fixed(points, self.test_rotation, self.data_seed, split, axis=self.rotation_axis)
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        if split not in self.splits:
-            self.setup()
-        dataset = self.splits[split]
-        sampler = None
-        if shuffle:
-            sampler = SeededDrawSampler(dataset) if self.train_draws else EpochSeededRandomSampler(dataset)
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            sampler=sampler,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
-        )
+    def train_sampler(self, dataset: Dataset) -> Sampler:
+        return SeededDrawSampler(dataset) if self.train_draws else EpochSeededRandomSampler(dataset)
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
-
-    def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        # Rotate on the device, training batches only: a fresh rotation per cloud and per batch.
-        trainer = self.trainer  # set by Lightning while fitting; None outside a Trainer
-        if self.train_rotation != "none" and trainer is not None and trainer.training:
-            points, *rest = batch
-            rotations = sample_rotations(
-                self.train_rotation, points.shape[0], axis=self.rotation_axis, device=points.device
-            )
-            batch = (apply_rotation(points, rotations.to(points.dtype)), *rest)
-        return batch
+    def augment_train_batch(self, batch):
+        # A fresh rotation per cloud and per step, on the device.
+        if self.train_rotation == "none":
+            return batch
+        points, *rest = batch
+        rotations = sample_rotations(self.train_rotation, points.shape[0], axis=self.rotation_axis, device=points.device)
+        return (apply_rotation(points, rotations.to(points.dtype)), *rest)

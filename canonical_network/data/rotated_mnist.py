@@ -15,10 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from lightning import LightningDataModule
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
-from canonical_network.data.samplers import EpochSeededRandomSampler
+from canonical_network.data.base import SplitDataModule
 from canonical_network.groups.image import rotate_deg
 from canonical_network.utils.checks import check_choice, check_int_range
 
@@ -27,50 +26,21 @@ log = logging.getLogger(__name__)
 AUGMENTATIONS = ("none", "rotation")
 
 
-class _ImageDataModule(LightningDataModule):
-    """Shared loaders and the optional rotation augmentation of training batches (CNN (rotation aug.))."""
+class _ImageDataModule(SplitDataModule):
+    """Image splits plus the optional rotation augmentation of training batches (CNN (rotation aug.))."""
 
     def __init__(self, batch_size: int, num_workers: int, augmentation: str, pin_memory: bool) -> None:
-        super().__init__()
-        check_int_range("data.batch_size", batch_size, low=1)
-        check_int_range("data.num_workers", num_workers, low=0)
+        super().__init__(batch_size, num_workers, pin_memory)
         check_choice("data.augmentation", augmentation, AUGMENTATIONS)
-        self.batch_size = batch_size
-        self.num_workers = num_workers
         self.augmentation = augmentation
-        self.pin_memory = pin_memory
-        self.splits: dict[str, TensorDataset] = {}
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        if split not in self.splits:
-            self.setup()
-        dataset = self.splits[split]
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            sampler=EpochSeededRandomSampler(dataset) if shuffle else None,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
-
-    def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        # Augment on the device, training batches only: a fresh uniform angle per image and per epoch.
-        trainer = self.trainer  # set by Lightning while fitting; None outside a Trainer
-        if self.augmentation == "rotation" and trainer is not None and trainer.training:
-            images, labels = batch
-            angles = torch.rand(images.shape[0], device=images.device) * 360.0
-            batch = (rotate_deg(images, angles), labels)
-        return batch
+    def augment_train_batch(self, batch):
+        # A fresh uniform angle per image and per step.
+        if self.augmentation != "rotation":
+            return batch
+        images, labels = batch
+        angles = torch.rand(images.shape[0], device=images.device) * 360.0
+        return rotate_deg(images, angles), labels
 
 
 def _rotate_in_chunks(images: torch.Tensor, angles_deg: torch.Tensor, chunk: int = 2048) -> torch.Tensor:

@@ -1,0 +1,74 @@
+"""What every data module shares: loaders over named splits, (seed, epoch)-seeded shuffling, and a hook that
+augments training batches on the device.
+
+Subclasses fill ``self.splits`` (``"train"``, ``"val"``, ``"test"`` → Dataset) in ``setup`` and may override
+:meth:`SplitDataModule.train_sampler` and :meth:`SplitDataModule.augment_train_batch`.
+"""
+
+from __future__ import annotations
+
+from lightning import LightningDataModule
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from canonical_network.data.samplers import EpochSeededRandomSampler
+from canonical_network.utils.checks import check_int_range
+
+SPLITS = ("train", "val", "test")
+
+
+class SplitDataModule(LightningDataModule):
+    """Train/val/test loaders over ``self.splits``; the training set is shuffled by ``(seed, epoch)``.
+
+    Shuffling never draws from the global RNG (:class:`EpochSeededRandomSampler`), so a run resumed from
+    a checkpoint sees the batches the uninterrupted run would have seen.
+
+    Args:
+        batch_size, num_workers, pin_memory: DataLoader arguments (checked, errors name ``data.<key>``).
+    """
+
+    def __init__(self, batch_size: int, num_workers: int, pin_memory: bool = False) -> None:
+        super().__init__()
+        check_int_range("data.batch_size", batch_size, low=1)
+        check_int_range("data.num_workers", num_workers, low=0)
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.splits: dict[str, Dataset] = {}
+
+    def train_sampler(self, dataset: Dataset) -> Sampler:
+        """How the training split is shuffled; a new permutation per epoch, from (seed, epoch)."""
+        return EpochSeededRandomSampler(dataset)
+
+    def augment_train_batch(self, batch):
+        """Random augmentation of a training batch, on its device after the transfer; none by default."""
+        return batch
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if split not in self.splits:
+            self.setup()
+        dataset = self.splits[split]
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            sampler=self.train_sampler(dataset) if shuffle else None,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        # Training batches only: Lightning sets self.trainer while fitting (None outside a Trainer), and
+        # trainer.training is False during validation, testing and prediction.
+        trainer = self.trainer
+        if trainer is not None and trainer.training:
+            batch = self.augment_train_batch(batch)
+        return batch
