@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import hydra
 import numpy as np
 import pytest
 import torch
@@ -43,6 +44,42 @@ def shrink(cfg: DictConfig) -> DictConfig:
         cfg.logger = {}
         cfg.callbacks.rich_progress_bar = None
     return cfg
+
+
+def seeded_gen(seed: int = 0) -> torch.Generator:
+    """A fresh CPU generator: tests draw their random inputs from it, never from the global RNG."""
+    return torch.Generator().manual_seed(seed)
+
+
+def max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+def fit_image_model(overrides: list[str], train_steps: int = 0, data=None):
+    """The configured image LightningModule (seed 0), after ``train_steps`` Adam steps (lr 1e-3) on
+    ``data`` = (images, labels), so that its logits depend on the input; returned in eval mode."""
+    cfg = compose_config(overrides)
+    torch.manual_seed(0)
+    model = hydra.utils.instantiate(cfg.model)
+    if train_steps:
+        images, labels = data
+        optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+        model.train()
+        for _ in range(train_steps):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(images), labels).backward()
+            optimizer.step()
+    return model.eval()
+
+
+@pytest.fixture
+def one_thread():
+    """Small tensors or many tiny steps: on a busy 2-core machine intra-op threads only add
+    synchronisation (about 5-10x slower here)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -19,37 +19,24 @@ from canonical_network.groups.euclidean import (
     random_rotations,
     random_translations,
 )
+from tests.conftest import max_err, seeded_gen
+
+# Small tensors: one intra-op thread for every test here (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 ATOL = 1e-4  # float32; the float64 tests use 1e-8
 ATOL64 = 1e-8
 FAIL = 1e-2  # a non-equivariant predictor is off by far more than this
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: on a busy 2-core machine intra-op threads only add synchronisation (about 10x slower)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a - b).abs().max().item()
-
-
 def _orthogonality_error(r: torch.Tensor) -> float:
-    return _max_err(r.transpose(-1, -2) @ r, torch.eye(3, dtype=r.dtype).expand_as(r))
+    return max_err(r.transpose(-1, -2) @ r, torch.eye(3, dtype=r.dtype).expand_as(r))
 
 
 # ================================================================================================ N-body
 def nbody_inputs(batch: int = 6, particles: int = 5, seed: int = 0, dtype=torch.float32):
     """Positions ~ N(0, 1), velocities of norm 0.5 in random directions, charges ±1 (the §5.2 system)."""
-    gen = _gen(seed)
+    gen = seeded_gen(seed)
     loc = torch.randn(batch, particles, 3, generator=gen, dtype=dtype)
     direction = torch.randn(batch, particles, 3, generator=gen, dtype=dtype)
     vel = 0.5 * direction / direction.norm(dim=-1, keepdim=True)
@@ -81,15 +68,15 @@ def _nbody(translation: str = "learned", seed: int = 1, **kwargs) -> VNDeepSetsC
 def test_nbody_canonicalizer_is_e3_equivariant(translation):
     canon = _nbody(translation).eval()
     x = nbody_inputs()
-    g = random_euclidean(6, _gen(2), group="O3")
+    g = random_euclidean(6, seeded_gen(2), group="O3")
     (canonical, h), (canonical_moved, h_moved) = canon.canonicalize(*x), canon.canonicalize(*act(g, *x))
     assert _orthogonality_error(h.rotation) < 1e-5
     # h(g·x) = g·h(x): R ↦ Q R, t ↦ Q t + s
-    assert _max_err(h_moved.rotation, g.rotation @ h.rotation) < ATOL
-    assert _max_err(h_moved.translation, g.apply_to_points(h.translation.unsqueeze(1)).squeeze(1)) < ATOL
+    assert max_err(h_moved.rotation, g.rotation @ h.rotation) < ATOL
+    assert max_err(h_moved.translation, g.apply_to_points(h.translation.unsqueeze(1)).squeeze(1)) < ATOL
     # canonical inputs are invariant
     for a, b in zip(canonical, canonical_moved, strict=True):
-        assert _max_err(a, b) < ATOL
+        assert max_err(a, b) < ATOL
     if translation == "centroid":
         assert torch.allclose(h.translation, x[0].mean(dim=1))
 
@@ -99,31 +86,31 @@ def test_nbody_canonicalized_model_is_equivariant_and_the_predictor_alone_is_not
     predictor = NBodyMLP()
     model = CanonicalizedModel(_nbody(), predictor).eval()
     x = nbody_inputs(seed=4)
-    g = random_euclidean(6, _gen(5), group="O3")
-    assert _max_err(model(*act(g, *x)), g.apply_to_points(model(*x))) < ATOL
-    assert _max_err(predictor(*act(g, *x)), g.apply_to_points(predictor(*x))) > FAIL
+    g = random_euclidean(6, seeded_gen(5), group="O3")
+    assert max_err(model(*act(g, *x)), g.apply_to_points(model(*x))) < ATOL
+    assert max_err(predictor(*act(g, *x)), g.apply_to_points(predictor(*x))) > FAIL
 
 
 def test_nbody_equivariance_in_float64():
     torch.manual_seed(6)
     model = CanonicalizedModel(_nbody(), NBodyMLP()).double().eval()
     x = nbody_inputs(seed=7, dtype=torch.float64)
-    g = random_euclidean(6, _gen(8), group="O3", dtype=torch.float64)
-    assert _max_err(model(*act(g, *x)), g.apply_to_points(model(*x))) < ATOL64
+    g = random_euclidean(6, seeded_gen(8), group="O3", dtype=torch.float64)
+    assert max_err(model(*act(g, *x)), g.apply_to_points(model(*x))) < ATOL64
     (c, h), (c_moved, h_moved) = model.canonicalize(*x), model.canonicalize(*act(g, *x))
-    assert _max_err(h_moved.rotation, g.rotation @ h.rotation) < ATOL64
-    assert _max_err(c[0], c_moved[0]) < ATOL64
+    assert max_err(h_moved.rotation, g.rotation @ h.rotation) < ATOL64
+    assert max_err(c[0], c_moved[0]) < ATOL64
 
 
 def test_nbody_dropout_keeps_equivariance_in_training():
     canon = _nbody(dropout=0.5).train()
     x = nbody_inputs(seed=9)
-    g = random_euclidean(6, _gen(10), group="O3")
+    g = random_euclidean(6, seeded_gen(10), group="O3")
     torch.manual_seed(11)
     _, h = canon.canonicalize(*x)
     torch.manual_seed(11)  # the same dropout mask
     _, h_moved = canon.canonicalize(*act(g, *x))
-    assert _max_err(h_moved.rotation, g.rotation @ h.rotation) < ATOL
+    assert max_err(h_moved.rotation, g.rotation @ h.rotation) < ATOL
 
 
 def test_nbody_frozen_canonicalizer_does_not_train():
@@ -194,7 +181,7 @@ def object_surface(batch: int = 4, points: int = 96, seed: int = 0, dtype=torch.
     box, then rotated at random. Unlike a single box or ellipsoid it has no symmetry: an exactly symmetric input
     forces equivariant vectors into the fixed space of its symmetries (zero for a box under SO(3)), so the
     frame would be decided by sampling noise (the paper's relaxed equivariance, Appendix A)."""
-    gen = _gen(seed)
+    gen = seeded_gen(seed)
     seat = torch.tensor([1.0, 0.5, 0.2], dtype=dtype)
     back = torch.tensor([0.25, 0.25, 0.4], dtype=dtype)
     n_back = points // 3
@@ -245,7 +232,7 @@ def _pointcloud(layers="nonlinear", seed: int = 20, inputs="knn", **kwargs) -> V
 
 def _sample(group: str, batch: int, seed: int, dtype=torch.float32) -> torch.Tensor:
     sampler = random_rotations if group == "SO3" else random_orthogonal
-    return sampler(batch, _gen(seed), dtype=dtype)
+    return sampler(batch, seeded_gen(seed), dtype=dtype)
 
 
 @pytest.mark.parametrize("inputs", list(INPUTS))
@@ -256,17 +243,17 @@ def test_pointcloud_canonicalizer_is_equivariant(layers, pooling, group, inputs)
     canon = _pointcloud(layers, pooling=pooling, group=group, inputs=inputs).eval()
     points = object_surface(seed=21)
     q = _sample(group, 4, 22)
-    shift = random_translations(4, _gen(23))
+    shift = random_translations(4, seeded_gen(23))
     r = canon.group_element(points)
     assert _orthogonality_error(r) < 1e-5
     if group == "SO3":
         assert torch.allclose(torch.linalg.det(r), torch.ones(4), atol=1e-5)
     # h(x Qᵀ + s) = Q h(x): rotation-equivariant and translation-invariant
-    assert _max_err(canon.group_element(apply_rotation(points, q) + shift.unsqueeze(1)), q @ r) < ATOL
+    assert max_err(canon.group_element(apply_rotation(points, q) + shift.unsqueeze(1)), q @ r) < ATOL
     # canonical clouds are invariant to rotations (the tasks rotate about the origin)
     canonical, _ = canon.canonicalize(points)
     canonical_moved, _ = canon.canonicalize(apply_rotation(points, q))
-    assert _max_err(canonical, canonical_moved) < ATOL
+    assert max_err(canonical, canonical_moved) < ATOL
 
 
 @pytest.mark.parametrize("inputs", list(INPUTS))
@@ -275,9 +262,9 @@ def test_pointcloud_canonicalized_classifier_is_invariant_and_the_predictor_alon
     predictor = PointMLP()
     model = CanonicalizedModel(_pointcloud(inputs=inputs), predictor).eval()
     points = object_surface(seed=25)
-    q = random_rotations(4, _gen(26))
-    assert _max_err(model(apply_rotation(points, q)), model(points)) < ATOL
-    assert _max_err(predictor(apply_rotation(points, q)), predictor(points)) > FAIL
+    q = random_rotations(4, seeded_gen(26))
+    assert max_err(model(apply_rotation(points, q)), model(points)) < ATOL
+    assert max_err(predictor(apply_rotation(points, q)), predictor(points)) > FAIL
 
 
 def test_pointcloud_part_segmentation_passes_the_category_through():
@@ -290,11 +277,11 @@ def test_pointcloud_part_segmentation_passes_the_category_through():
     assert torch.equal(canonical_category, category) and r.shape == (4, 3, 3)
     logits = torch.randn(4, 96, 4)
     assert canon.invert(logits, r) is logits  # invariant outputs: h' = identity
-    q = random_rotations(4, _gen(29))
+    q = random_rotations(4, seeded_gen(29))
     out = model(points, category)
     assert out.shape == (4, 96, 4)
-    assert _max_err(model(apply_rotation(points, q), category), out) < ATOL
-    assert _max_err(predictor(apply_rotation(points, q), category), predictor(points, category)) > FAIL
+    assert max_err(model(apply_rotation(points, q), category), out) < ATOL
+    assert max_err(predictor(apply_rotation(points, q), category), predictor(points, category)) > FAIL
 
 
 @pytest.mark.parametrize("inputs", list(INPUTS))
@@ -303,8 +290,8 @@ def test_pointcloud_part_segmentation_passes_the_category_through():
 def test_pointcloud_canonicalizer_is_permutation_invariant(layers, pooling, inputs):
     canon = _pointcloud(layers, pooling=pooling, inputs=inputs).eval()
     points = object_surface(seed=30)
-    perm = torch.randperm(96, generator=_gen(31))
-    assert _max_err(canon.group_element(points[:, perm]), canon.group_element(points)) < ATOL
+    perm = torch.randperm(96, generator=seeded_gen(31))
+    assert max_err(canon.group_element(points[:, perm]), canon.group_element(points)) < ATOL
 
 
 @pytest.mark.parametrize("inputs", list(INPUTS))
@@ -312,10 +299,10 @@ def test_pointcloud_equivariance_in_float64(inputs):
     torch.manual_seed(32)
     model = CanonicalizedModel(_pointcloud(inputs=inputs), PointMLP()).double().eval()
     points = object_surface(seed=33, dtype=torch.float64)
-    q = random_rotations(4, _gen(34), dtype=torch.float64)
+    q = random_rotations(4, seeded_gen(34), dtype=torch.float64)
     r = model.canonicalizer.group_element(points)
-    assert _max_err(model.canonicalizer.group_element(apply_rotation(points, q)), q @ r) < ATOL64
-    assert _max_err(model(apply_rotation(points, q)), model(points)) < ATOL64
+    assert max_err(model.canonicalizer.group_element(apply_rotation(points, q)), q @ r) < ATOL64
+    assert max_err(model(apply_rotation(points, q)), model(points)) < ATOL64
 
 
 @pytest.mark.parametrize("inputs", list(INPUTS))
@@ -323,8 +310,8 @@ def test_pointcloud_equivariance_with_batch_statistics(inputs):
     # training mode: VN batch norm uses batch statistics of (invariant) norms
     canon = _pointcloud(inputs=inputs).train()
     points = object_surface(seed=35)
-    q = random_rotations(4, _gen(36))
-    assert _max_err(canon.group_element(apply_rotation(points, q)), q @ canon.group_element(points)) < ATOL
+    q = random_rotations(4, seeded_gen(36))
+    assert max_err(canon.group_element(apply_rotation(points, q)), q @ canon.group_element(points)) < ATOL
 
 
 def test_pointcloud_frozen_canonicalizer_does_not_train():
@@ -389,6 +376,6 @@ def test_pointcloud_default_canonicalizer_builds_no_knn_graph(monkeypatch):
     canon = VNPointCloudCanonicalizer().eval()
     assert canon.k is None and canon.neighbour_pool is None
     points = object_surface(seed=40)
-    q = random_rotations(4, _gen(41))
+    q = random_rotations(4, seeded_gen(41))
     r = canon.group_element(points)
-    assert _max_err(canon.group_element(apply_rotation(points, q)), q @ r) < ATOL
+    assert max_err(canon.group_element(apply_rotation(points, q)), q @ r) < ATOL

@@ -13,8 +13,7 @@ import torch.nn.functional as F
 from canonical_network.canonicalization.optimization import OptimizationCanonicalizer
 from canonical_network.groups.image import rotate_deg
 from canonical_network.prediction.gcnn import GCNN, basis_dimensions, count_parameters, match_width
-from tests.conftest import compose_config
-from tests.test_image_invariance import build
+from tests.conftest import compose_config, fit_image_model
 
 ATOL = 1e-4  # float32 logits; the observed differences are ~1e-7
 MATCH = 0.05  # "= params" rows: within 5 % of CN(p4)-CNN's parameter count
@@ -32,7 +31,7 @@ MATCH = 0.05  # "= params" rows: within 5 % of CN(p4)-CNN's parameter count
     ids=["p4", "p8"],
 )
 def test_gcnn_logits_invariant_to_quarter_turns(overrides, rotated_digits):
-    model = build(overrides, train_steps=3, data=rotated_digits)
+    model = fit_image_model(overrides, train_steps=3, data=rotated_digits)
     images, _ = rotated_digits
     with torch.no_grad():
         logits = model(images)
@@ -53,7 +52,7 @@ def test_gcnn_downsamples_layer_4_symmetrically():
 
 @pytest.fixture(scope="module")
 def cn_p4_params() -> int:
-    return build(["experiment=rotmnist/cn_p4"]).parameter_counts()["total"]
+    return fit_image_model(["experiment=rotmnist/cn_p4"]).parameter_counts()["total"]
 
 
 def test_gcnn_p4_eqparams_matches_cn_p4(cn_p4_params):
@@ -92,7 +91,7 @@ def angle_gap_deg(found: torch.Tensor, reference: torch.Tensor, rotation_deg: fl
 
 @pytest.fixture(scope="module")
 def cn_opt(rotated_digits):
-    return build(["experiment=rotmnist/cn_opt"]).canonicalizer
+    return fit_image_model(["experiment=rotmnist/cn_opt"]).canonicalizer
 
 
 def test_opt_quarter_turns_move_the_angle_by_a_quarter_turn(cn_opt, rotated_digits):
@@ -147,7 +146,7 @@ def test_opt_energy_decreases_over_the_inner_steps(cn_opt, rotated_digits):
 
 
 def test_opt_implicit_gradient_reaches_the_energy(rotated_digits):
-    model = build(["experiment=rotmnist/cn_opt"]).train()
+    model = fit_image_model(["experiment=rotmnist/cn_opt"]).train()
     images, labels = rotated_digits
     F.cross_entropy(model(images[:8]), labels[:8]).backward()
     energy = model.canonicalizer.energy
@@ -168,15 +167,6 @@ def test_opt_implicit_gradient_is_finite_away_from_a_minimum(rotated_digits):
     h.optimal_angle_rad(rotated_digits[0][:8]).sum().backward()
     grads = [p.grad for p in h.energy.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
-
-
-@pytest.fixture
-def one_thread():
-    # Hundreds of tiny float64 steps: thread hand-offs cost more than they save (~5x here).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_opt_implicit_gradient_matches_finite_differences(rotated_digits, one_thread):

@@ -20,22 +20,13 @@ from canonical_network.groups.euclidean import (
     random_rotations,
     random_translations,
 )
+from tests.conftest import seeded_gen
+
+# Small tensors: one intra-op thread for every test here (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 B = 16
 EYE = torch.eye(3)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: on a busy 2-core machine intra-op threads only add synchronisation (about 10x slower)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-def _gen(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def _orthogonality_error(r: torch.Tensor) -> float:
@@ -45,23 +36,23 @@ def _orthogonality_error(r: torch.Tensor) -> float:
 
 # --------------------------------------------------------------------------------------------- sampling
 def test_random_rotations_are_proper_and_reproducible():
-    r = random_rotations(B, _gen(1))
+    r = random_rotations(B, seeded_gen(1))
     assert r.shape == (B, 3, 3) and r.dtype == torch.float32
     assert _orthogonality_error(r) < 1e-5
     assert torch.allclose(torch.linalg.det(r), torch.ones(B), atol=1e-5)
-    assert torch.equal(r, random_rotations(B, _gen(1)))
-    assert not torch.equal(r, random_rotations(B, _gen(2)))
-    assert random_rotations(2, _gen(), dtype=torch.float64).dtype == torch.float64
+    assert torch.equal(r, random_rotations(B, seeded_gen(1)))
+    assert not torch.equal(r, random_rotations(B, seeded_gen(2)))
+    assert random_rotations(2, seeded_gen(), dtype=torch.float64).dtype == torch.float64
 
 
 def test_random_rotations_look_uniform():
     # Haar on SO(3): E[R] = 0 (every axis is sent everywhere alike).
-    r = random_rotations(4000, _gen(3), dtype=torch.float64)
+    r = random_rotations(4000, seeded_gen(3), dtype=torch.float64)
     assert r.mean(dim=0).abs().max() < 0.05
 
 
 def test_random_orthogonal_has_both_determinants():
-    o = random_orthogonal(64, _gen(4))
+    o = random_orthogonal(64, seeded_gen(4))
     assert _orthogonality_error(o) < 1e-5
     det = torch.linalg.det(o)
     assert torch.allclose(det.abs(), torch.ones(64), atol=1e-5)
@@ -70,7 +61,7 @@ def test_random_orthogonal_has_both_determinants():
 
 @pytest.mark.parametrize("axis, index", [("x", 0), ("y", 1), ("z", 2)])
 def test_axis_rotations_fix_their_axis(axis, index):
-    r = random_axis_rotations(B, _gen(5), axis=axis)
+    r = random_axis_rotations(B, seeded_gen(5), axis=axis)
     assert _orthogonality_error(r) < 1e-5
     assert torch.allclose(torch.linalg.det(r), torch.ones(B), atol=1e-5)
     e = EYE[index].expand(B, 3)
@@ -85,8 +76,8 @@ def test_axis_rotation_is_right_handed():
 
 
 def test_action_convention_and_inverse():
-    g = random_euclidean(B, _gen(6), group="O3")
-    x = torch.randn(B, 7, 3, generator=_gen(7))
+    g = random_euclidean(B, seeded_gen(6), group="O3")
+    x = torch.randn(B, 7, 3, generator=seeded_gen(7))
     moved = apply_euclidean(x, g.rotation, g.translation)
     # x ↦ x Rᵀ + t is p ↦ R p + t on column vectors
     manual = torch.einsum("bij,bnj->bni", g.rotation, x) + g.translation[:, None]
@@ -94,12 +85,12 @@ def test_action_convention_and_inverse():
     assert torch.allclose(invert_euclidean(moved, g.rotation, g.translation), x, atol=1e-5)
     assert torch.allclose(g.inverse_on_points(g.apply_to_points(x)), x, atol=1e-5)
     assert torch.allclose(g.inverse_on_vectors(g.apply_to_vectors(x)), x, atol=1e-5)
-    assert isinstance(g, EuclideanTransform) and random_translations(3, _gen()).shape == (3, 3)
+    assert isinstance(g, EuclideanTransform) and random_translations(3, seeded_gen()).shape == (3, 3)
 
 
 # --------------------------------------------------------------------------------------------- Gram–Schmidt
 def test_gram_schmidt_matches_textbook_process():
-    v = torch.randn(B, 3, 3, generator=_gen(8), dtype=torch.float64)
+    v = torch.randn(B, 3, 3, generator=seeded_gen(8), dtype=torch.float64)
     q, r = torch.linalg.qr(v)  # QR = Gram–Schmidt up to the signs of diag(r)
     reference = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)
     assert torch.allclose(gram_schmidt(v, "O3"), reference, atol=1e-10)
@@ -112,8 +103,8 @@ def test_gram_schmidt_matches_textbook_process():
     "group, sampler", [("O3", random_orthogonal), ("SO3", random_rotations)], ids=["O3", "SO3"]
 )
 def test_gram_schmidt_is_equivariant(group, sampler):
-    v = torch.randn(64, 3, 3, generator=_gen(9))
-    q = sampler(64, _gen(10))
+    v = torch.randn(64, 3, 3, generator=seeded_gen(9))
+    q = sampler(64, seeded_gen(10))
     out = gram_schmidt(v, group)
     err = (gram_schmidt(q @ v, group) - q @ out).abs().max().item()
     assert err < 1e-5, err
@@ -122,13 +113,13 @@ def test_gram_schmidt_is_equivariant(group, sampler):
 
 def test_so3_gram_schmidt_is_not_reflection_equivariant():
     # documented: e₃ = e₁ × e₂ keeps det = +1, so a reflection of the input is not a reflection of the frame
-    v = torch.randn(4, 3, 3, generator=_gen(11))
+    v = torch.randn(4, 3, 3, generator=seeded_gen(11))
     mirror = torch.diag(torch.tensor([1.0, 1.0, -1.0])).expand(4, 3, 3)
     assert (gram_schmidt(mirror @ v, "SO3") - mirror @ gram_schmidt(v, "SO3")).abs().max() > 0.1
 
 
 def _degenerate_inputs() -> dict[str, torch.Tensor]:
-    gen = _gen(12)
+    gen = seeded_gen(12)
     a, b = torch.randn(3, generator=gen), torch.randn(3, generator=gen)
     cols = lambda *vs: torch.stack(vs, dim=-1)  # noqa: E731  (columns are the input vectors)
     return {
@@ -156,7 +147,7 @@ def test_gram_schmidt_degenerate_inputs_are_finite_and_orthogonal(group, name):
     assert torch.allclose(det.abs(), torch.ones(2), atol=1e-5)
     if group == "SO3":
         assert torch.allclose(det, torch.ones(2), atol=1e-5)
-    (out * torch.randn(out.shape, generator=_gen(13))).sum().backward()
+    (out * torch.randn(out.shape, generator=seeded_gen(13))).sum().backward()
     assert v.grad is not None and torch.isfinite(v.grad).all()
 
 
@@ -168,13 +159,13 @@ def test_gram_schmidt_stays_equivariant_when_only_one_vector_is_redundant():
     # v₂ ∥ v₁: the next input vector v₃ takes its place for e₂, so e₁, e₂ stay O(3)-equivariant; the input
     # spans a plane, is fixed by the mirror through it, and e₃ = e₁ × e₂ is equivariant under rotations.
     v = _degenerate_inputs()["v2_parallel_v3_free"].unsqueeze(0).repeat(8, 1, 1)
-    q = random_orthogonal(8, _gen(14))
+    q = random_orthogonal(8, seeded_gen(14))
     assert (gram_schmidt(q @ v, "O3")[..., :2] - (q @ gram_schmidt(v, "O3"))[..., :2]).abs().max() < 1e-5
-    r = random_rotations(8, _gen(16))
+    r = random_rotations(8, seeded_gen(16))
     assert (gram_schmidt(r @ v, "O3") - r @ gram_schmidt(v, "O3")).abs().max() < 1e-5
     # planar input: e₃ falls back to e₁ × e₂, equivariant under rotations
     p = _degenerate_inputs()["planar"].unsqueeze(0).repeat(8, 1, 1)
-    r = random_rotations(8, _gen(15))
+    r = random_rotations(8, seeded_gen(15))
     assert (gram_schmidt(r @ p, "O3") - r @ gram_schmidt(p, "O3")).abs().max() < 1e-5
 
 

@@ -6,34 +6,17 @@ canonicalized classifier must give the same logits up to float error; the plain 
 
 from __future__ import annotations
 
-import hydra
 import pytest
 import torch
 
-from tests.conftest import compose_config
+from tests.conftest import fit_image_model
 
 ATOL = 1e-4  # float32 logits; the observed differences are ~1e-6
 
 
-def build(overrides: list[str], train_steps: int = 0, data=None):
-    """The configured LightningModule; optionally a few Adam steps on ``data`` so its logits are not ~0."""
-    cfg = compose_config(overrides)
-    torch.manual_seed(0)
-    model = hydra.utils.instantiate(cfg.model)
-    if train_steps:
-        images, labels = data
-        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-        model.train()
-        for _ in range(train_steps):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(images), labels).backward()
-            opt.step()
-    return model.eval()
-
-
 @pytest.fixture(scope="module")
 def cn_p4(rotated_digits):
-    return build(["experiment=rotmnist/cn_p4"], train_steps=5, data=rotated_digits)
+    return fit_image_model(["experiment=rotmnist/cn_p4"], train_steps=5, data=rotated_digits)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -56,7 +39,7 @@ def test_cn_p4_chosen_element_shifts_one_step_per_quarter_turn(cn_p4, rotated_di
 
 
 def test_cn_p16_shifts_four_steps_per_quarter_turn(rotated_digits):
-    model = build(["experiment=rotmnist/cn_p16", "canonicalization.num_layers=1"])
+    model = fit_image_model(["experiment=rotmnist/cn_p16", "canonicalization.num_layers=1"])
     images, _ = rotated_digits
     h = model.canonicalizer
     with torch.no_grad():
@@ -67,7 +50,7 @@ def test_cn_p16_shifts_four_steps_per_quarter_turn(rotated_digits):
 
 
 def test_cn_d4_invariant_to_flip_and_rotations(rotated_digits):
-    model = build(["experiment=rotmnist/cn_p4", "canonicalization.reflection=true"])
+    model = fit_image_model(["experiment=rotmnist/cn_p4", "canonicalization.reflection=true"])
     images, _ = rotated_digits
     h = model.canonicalizer
     with torch.no_grad():
@@ -93,7 +76,7 @@ def test_canonical_images_identical_across_the_orbit(cn_p4, rotated_digits):
 
 def test_plain_cnn_fails_the_same_check(rotated_digits):
     """The check above can fail: the CNN baseline is not invariant to quarter turns."""
-    model = build(["experiment=rotmnist/cnn"], train_steps=30, data=rotated_digits)
+    model = fit_image_model(["experiment=rotmnist/cnn"], train_steps=30, data=rotated_digits)
     images, _ = rotated_digits
     with torch.no_grad():
         logits = model(images)

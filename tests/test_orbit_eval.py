@@ -11,29 +11,18 @@ import pytest
 import torch
 from hydra.utils import instantiate
 from lightning import Trainer
-from omegaconf import open_dict
 from torch.utils.data import DataLoader, TensorDataset
 
-from tests.conftest import compose_config, shrink
+from tests.conftest import compose_config, fit_image_model
 
 
 def _fit_and_test(experiment: str, digits, steps: int = 40, orbit_rotations: int = 4,
                   test_set: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, float]:
-    cfg = shrink(compose_config([f"experiment={experiment}"]))
-    with open_dict(cfg):
-        cfg.model.orbit_rotations = orbit_rotations
-    torch.manual_seed(0)
-    model = instantiate(cfg.model)
-    images, labels = digits
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    model.train()
-    for _ in range(steps):
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(images), labels).backward()
-        optimizer.step()
+    model = fit_image_model([f"experiment={experiment}", f"model.orbit_rotations={orbit_rotations}"],
+                            train_steps=steps, data=digits)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False,
                       enable_model_summary=False)
-    loader = DataLoader(TensorDataset(*(test_set or (images, labels))), batch_size=16)
+    loader = DataLoader(TensorDataset(*(test_set or digits)), batch_size=16)
     return trainer.test(model, dataloaders=loader, verbose=False)[0]
 
 

@@ -19,6 +19,10 @@ from canonical_network.prediction.dgcnn import DGCNN
 from canonical_network.prediction.pointnet import PointNet, feature_transform_regularizer
 from canonical_network.prediction.vn_dgcnn import VNDGCNN
 from canonical_network.prediction.vn_pointnet import VNPointNet
+from tests.conftest import max_err, seeded_gen
+
+# Small tensors: one intra-op thread for every test here (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 ATOL = 1e-4  # float32
 ATOL64 = 1e-8
@@ -33,23 +37,6 @@ SMALL: dict[str, tuple[type[nn.Module], dict]] = {
     "vn_pointnet": (VNPointNet, {"k": K, "width": 0.25, "emb_dims": 96}),
     "vn_dgcnn": (VNDGCNN, {"k": K, "width": 0.25, "emb_dims": 96}),
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: on a busy 2-core machine intra-op threads only add synchronisation."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a - b).abs().max().item()
 
 
 # ------------------------------------------------------------------------------------------------- clouds
@@ -78,7 +65,7 @@ def chair_clouds(batch: int = B, points: int = P, seed: int = 0, proportions: fl
     variance for invariant features, and batch norm would then blow rounding errors up by ~300.) Random
     surface samples are generic: no exactly tied kNN distances.
     """
-    gen = _gen(seed)
+    gen = seeded_gen(seed)
     stretch = 1 + proportions * (2 * torch.rand(batch, 1, 3, generator=gen) - 1)
     centre, half = CHAIR_BOXES[:, 0], CHAIR_BOXES[:, 1]
     area = (half[:, 0] * half[:, 1] + half[:, 1] * half[:, 2] + half[:, 0] * half[:, 2]).repeat(batch, 1)
@@ -99,7 +86,7 @@ def chair_clouds(batch: int = B, points: int = P, seed: int = 0, proportions: fl
 
 
 def _category(seed: int) -> torch.Tensor:
-    return torch.randint(0, 16, (B,), generator=_gen(seed))
+    return torch.randint(0, 16, (B,), generator=seeded_gen(seed))
 
 
 def _build(name: str, head: str, seed: int = 0, **overrides) -> nn.Module:
@@ -124,7 +111,7 @@ def _settle(model: nn.Module, head: str, seed: int) -> nn.Module:
         norm.reset_running_stats()
         norm.momentum = None  # a cumulative average: after one pass, exactly that batch's statistics
     model.train()
-    category = torch.randint(0, 16, (8,), generator=_gen(seed)) if head == "segmentation" else None
+    category = torch.randint(0, 16, (8,), generator=seeded_gen(seed)) if head == "segmentation" else None
     with torch.no_grad():
         _call(model, chair_clouds(batch=8, seed=seed), category)
     for norm in norms:
@@ -185,7 +172,7 @@ VN_GROUPS = {"vn_pointnet": ("SO3",), "vn_dgcnn": ("SO3", "O3")}
 
 def _group_samples(group: str, seed: int, dtype=torch.float32) -> torch.Tensor:
     sampler = random_rotations if group == "SO3" else random_orthogonal
-    return sampler(B, _gen(seed), dtype=dtype)
+    return sampler(B, seeded_gen(seed), dtype=dtype)
 
 
 @pytest.mark.parametrize("head", HEADS)
@@ -201,9 +188,9 @@ def test_vn_models_are_rotation_invariant_by_construction(name, head):
             out = _call(model, points, category)
             for group in VN_GROUPS[name]:
                 moved = apply_rotation(points, _group_samples(group, 300 + seed, torch.float64))
-                worst = max(worst, _max_err(_call(model, moved, category), out))
+                worst = max(worst, max_err(_call(model, moved, category), out))
             stretched = points * torch.tensor([1.0, 1.0, 1.5], dtype=torch.float64)
-            assert _max_err(_call(model, stretched, category), out) > FAIL
+            assert max_err(_call(model, stretched, category), out) > FAIL
     assert worst < ATOL64
 
 
@@ -221,10 +208,10 @@ def test_vn_models_are_rotation_invariant_in_float32(name, head):
             out = _call(model, points, category)
             for group in VN_GROUPS[name]:
                 moved = apply_rotation(points, _group_samples(group, 300 + seed))
-                worst = max(worst, _max_err(_call(model, moved, category), out))
-            noise = torch.randn(points.shape, generator=_gen(seed))
+                worst = max(worst, max_err(_call(model, moved, category), out))
+            noise = torch.randn(points.shape, generator=seeded_gen(seed))
             rounding = torch.finfo(torch.float32).eps * points.abs() * noise  # relative size of one ulp
-            noise_effect = max(noise_effect, _max_err(_call(model, points + rounding, category), out))
+            noise_effect = max(noise_effect, max_err(_call(model, points + rounding, category), out))
     assert worst < (ATOL if name == "vn_dgcnn" else max(ATOL, 2 * noise_effect))
 
 
@@ -233,18 +220,18 @@ def test_vn_models_are_rotation_invariant_in_training_mode(name):
     """Batch statistics are of vector norms (VN) or of invariants (heads), so training mode is invariant too
     when every cloud of the batch is rotated (each by its own rotation); dropout is switched off."""
     model = _build(name, "classification", dropout=0.0).double().train()
-    points, q = chair_clouds(seed=7).double(), random_rotations(B, _gen(8), dtype=torch.float64)
+    points, q = chair_clouds(seed=7).double(), random_rotations(B, seeded_gen(8), dtype=torch.float64)
     with torch.no_grad():
-        assert _max_err(model(apply_rotation(points, q)), model(points)) < ATOL64
+        assert max_err(model(apply_rotation(points, q)), model(points)) < ATOL64
 
 
 @pytest.mark.parametrize("head", HEADS)
 @pytest.mark.parametrize("name", ["pointnet", "dgcnn"])
 def test_plain_backbones_fail_the_rotation_check(name, head):
     model, points, category = _setup(name, head, 0)
-    q = random_rotations(B, _gen(300))
+    q = random_rotations(B, seeded_gen(300))
     with torch.no_grad():
-        err = _max_err(_call(model, apply_rotation(points, q), category), _call(model, points, category))
+        err = max_err(_call(model, apply_rotation(points, q), category), _call(model, points, category))
     assert err > FAIL
 
 
@@ -253,13 +240,13 @@ def test_plain_backbones_fail_the_rotation_check(name, head):
 @pytest.mark.parametrize("name", list(SMALL))
 def test_permutations_of_the_points(name, head):
     model, points, category = _setup(name, head, 1)
-    perm = torch.randperm(P, generator=_gen(9))
+    perm = torch.randperm(P, generator=seeded_gen(9))
     with torch.no_grad():
         out = _call(model, points, category)
         permuted = _call(model, points[:, perm], category)
     if head == "segmentation":
         out = out[:, perm]  # per-point logits follow their points
-    assert _max_err(permuted, out) < ATOL
+    assert max_err(permuted, out) < ATOL
 
 
 # ------------------------------------------------------------------------------------- canonicalized models
@@ -275,17 +262,17 @@ def test_canonicalized_backbones_are_invariant(name, head, group):
         points = chair_clouds(seed=400 + seed)
         category = _category(500 + seed) if head == "segmentation" else None
         model = _settle(CanonicalizedModel(canonicalizer, _build(name, head, seed)), head, 800 + seed)
-        q = sampler(B, _gen(600 + seed))
+        q = sampler(B, seeded_gen(600 + seed))
         with torch.no_grad():
             out = _call(model, points, category)
-            worst = max(worst, _max_err(_call(model, apply_rotation(points, q), category), out))
+            worst = max(worst, max_err(_call(model, apply_rotation(points, q), category), out))
     assert worst < ATOL
 
 
 # -------------------------------------------------------------------------------------------- regulariser
 def test_feature_transform_regularizer():
-    assert feature_transform_regularizer(random_orthogonal(3, _gen(10))).item() < 1e-10
-    q, _ = torch.linalg.qr(torch.randn(4, 64, 64, generator=_gen(11), dtype=torch.float64))
+    assert feature_transform_regularizer(random_orthogonal(3, seeded_gen(10))).item() < 1e-10
+    q, _ = torch.linalg.qr(torch.randn(4, 64, 64, generator=seeded_gen(11), dtype=torch.float64))
     assert feature_transform_regularizer(q).item() < 1e-20
     # ‖I − (2I)(2I)ᵀ‖² = 9 d
     assert feature_transform_regularizer(2 * torch.eye(4).expand(2, 4, 4)).item() == pytest.approx(36.0)
@@ -320,9 +307,9 @@ def test_one_optimiser_step(name, head):
     optimiser = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     out = _call(model, points, category)
     if head == "classification":
-        loss = nn.functional.cross_entropy(out, torch.randint(0, 40, (B,), generator=_gen(14)))
+        loss = nn.functional.cross_entropy(out, torch.randint(0, 40, (B,), generator=seeded_gen(14)))
     else:
-        target = torch.randint(0, 50, (B, P), generator=_gen(14))
+        target = torch.randint(0, 50, (B, P), generator=seeded_gen(14))
         loss = nn.functional.cross_entropy(out.reshape(-1, 50), target.reshape(-1))
     if name == "pointnet":
         loss = loss + 1e-3 * feature_transform_regularizer(model.last_feature_transform)
@@ -341,7 +328,7 @@ def test_one_optimiser_step(name, head):
     assert changed[-1] and sum(changed) > len(changed) // 3
     fresh = _build(name, head).eval()  # the same seed: the weights before the step
     with torch.no_grad():
-        assert _max_err(_call(model.eval(), points, category), _call(fresh, points, category)) > 0
+        assert max_err(_call(model.eval(), points, category), _call(fresh, points, category)) > 0
 
 
 # ------------------------------------------------------------------------------------------------ checks

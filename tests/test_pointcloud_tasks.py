@@ -26,6 +26,9 @@ from canonical_network.prediction.pointnet import feature_transform_regularizer
 from canonical_network.train import RESULTS_FILE, run
 from tests.conftest import EXPERIMENTS, compose_config, shrink
 
+# Small tensors: one intra-op thread for every test here (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 ATOL = 1e-4  # float32, as for every other invariance check of the package
 FAIL = 0.1  # plain PointNet is off by ~1 and more; the canonicalized models by < 1e-4
 POINTCLOUD_EXPERIMENTS = [e for e in EXPERIMENTS if e.split("/")[0] in ("modelnet", "shapenet")]
@@ -39,15 +42,6 @@ TINY_NETWORK = ["prediction.width=0.125", "prediction.emb_dims=32"]
 # fewer points a mug's handle, the only part that fixes its orientation, is a handful of points, and its
 # frame becomes sensitive enough to rounding to move per-point logits by ~3e-4.
 NUM_CLOUDS, NUM_POINTS = 16, 128
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: on a busy 2-core machine intra-op threads only add synchronisation."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def network_overrides(experiment: str) -> list[str]:

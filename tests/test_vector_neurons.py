@@ -20,22 +20,13 @@ from canonical_network.nn.vector_neurons import (
     vn_mean_pool,
     vn_norms,
 )
+from tests.conftest import seeded_gen
+
+# Small tensors: one intra-op thread for every test here (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 B, C, N, K = 4, 5, 12, 3
 ATOL = 1e-5
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: on a busy 2-core machine intra-op threads only add synchronisation (about 10x slower)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def rotate(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -49,12 +40,12 @@ def equivariance_error(layer, x: torch.Tensor, q: torch.Tensor) -> float:
 
 @pytest.fixture(scope="module")
 def o3() -> torch.Tensor:
-    return random_orthogonal(B, _gen(0))
+    return random_orthogonal(B, seeded_gen(0))
 
 
 @pytest.fixture(scope="module")
 def features() -> dict[str, torch.Tensor]:
-    gen = _gen(1)
+    gen = seeded_gen(1)
     return {
         "points": torch.randn(B, C, 3, N, generator=gen),
         "edges": torch.randn(B, C, 3, N, K, generator=gen),
@@ -83,12 +74,12 @@ def test_vn_layers_are_o3_equivariant(name, shape, mode, features, o3):
     x = features[shape]
     assert equivariance_error(layer, x, o3) < ATOL
     # and under proper rotations, the group the VN paper states
-    assert equivariance_error(layer, x, random_rotations(B, _gen(3))) < ATOL
+    assert equivariance_error(layer, x, random_rotations(B, seeded_gen(3))) < ATOL
 
 
 def test_batch_norm_without_set_dimension_and_zero_vectors(o3):
     bn = VNBatchNorm(C).train()
-    x = torch.randn(B, C, 3, generator=_gen(4))
+    x = torch.randn(B, C, 3, generator=seeded_gen(4))
     assert equivariance_error(bn, x, o3) < ATOL
     x[:, 0] = 0.0  # a zero vector stays zero, and nothing becomes NaN
     x.requires_grad_(True)
@@ -133,7 +124,7 @@ def test_invariant_layer_is_invariant(normalize_frame, features, o3):
 
 def test_pools_are_permutation_invariant(features):
     x = features["points"]
-    perm = torch.randperm(N, generator=_gen(7))
+    perm = torch.randperm(N, generator=seeded_gen(7))
     torch.manual_seed(8)
     max_pool = VNMaxPool(C)
     assert torch.allclose(max_pool(x[..., perm]), max_pool(x), atol=ATOL)
@@ -167,7 +158,7 @@ def _brute_force_knn(points: torch.Tensor, k: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("mode", [FAST, EXACT])
 def test_knn_matches_brute_force(mode):
-    points = torch.randn(2, 20, 3, generator=_gen(10), dtype=torch.float64)
+    points = torch.randn(2, 20, 3, generator=seeded_gen(10), dtype=torch.float64)
     idx = knn(points.transpose(1, 2), 5, compute_mode=mode)
     assert idx.shape == (2, 20, 5)
     assert torch.equal(idx, _brute_force_knn(points, 5))
@@ -177,8 +168,8 @@ def test_knn_matches_brute_force(mode):
 
 
 def test_knn_is_permutation_equivariant():
-    x = torch.randn(3, 4, 16, generator=_gen(11))
-    perm = torch.randperm(16, generator=_gen(12))
+    x = torch.randn(3, 4, 16, generator=seeded_gen(11))
+    perm = torch.randperm(16, generator=seeded_gen(12))
     inverse = torch.argsort(perm)
     idx = knn(x, 6, compute_mode=EXACT)
     idx_perm = knn(x[..., perm], 6, compute_mode=EXACT)
@@ -195,14 +186,14 @@ def test_knn_validates_k():
 
 
 def test_graph_feature_content_and_shapes():
-    x = torch.randn(2, 4, 10, generator=_gen(13))
+    x = torch.randn(2, 4, 10, generator=seeded_gen(13))
     idx = knn(x, 3)
     feat = graph_feature(x, idx=idx)
     assert feat.shape == (2, 8, 10, 3)
     b, i, j = 1, 7, 2
     assert torch.allclose(feat[b, :4, i, j], x[b, :, idx[b, i, j]] - x[b, :, i])
     assert torch.allclose(feat[b, 4:, i, j], x[b, :, i])
-    vn = torch.randn(2, 4, 3, 10, generator=_gen(14))
+    vn = torch.randn(2, 4, 3, 10, generator=seeded_gen(14))
     assert gather_neighbours(vn, idx).shape == (2, 4, 3, 10, 3)
     assert graph_feature(vn, 3).shape == (2, 8, 3, 10, 3)
     assert graph_feature(vn, 3, cross=True).shape == (2, 12, 3, 10, 3)
@@ -215,7 +206,7 @@ def test_vn_graph_feature_equivariance(features, o3):
     edge = lambda y: graph_feature(y, K, compute_mode=EXACT)  # noqa: E731
     assert equivariance_error(edge, x, o3) < ATOL
     with_cross = lambda y: graph_feature(y, K, cross=True, compute_mode=EXACT)  # noqa: E731
-    assert equivariance_error(with_cross, x, random_rotations(B, _gen(15))) < ATOL
+    assert equivariance_error(with_cross, x, random_rotations(B, seeded_gen(15))) < ATOL
     # the cross product is a pseudo-vector: it flips under a reflection (documented SO(3)-only)
     mirror = -torch.eye(3).expand(B, 3, 3)
     assert equivariance_error(with_cross, x, mirror) > 1e-2
