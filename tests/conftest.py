@@ -8,11 +8,9 @@ import hydra
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
-from canonical_network.utils.config import CONFIG_DIR
+from canonical_network.utils.config import CONFIG_DIR, compose_experiment
 
 EXPERIMENTS = sorted(
     str(p.relative_to(CONFIG_DIR / "experiment").with_suffix(""))
@@ -22,9 +20,7 @@ EXPERIMENTS = sorted(
 
 def compose_config(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
     """Compose configs/train.yaml as the CLI would, with the run folder set to ``output_dir``."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
+    cfg = compose_experiment(overrides)
     if output_dir is not None:
         with open_dict(cfg):
             cfg.paths.output_dir = str(output_dir)
