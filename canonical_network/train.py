@@ -84,6 +84,33 @@ def _slurm_plugins() -> dict:
     return {}
 
 
+def environment(trainer=None) -> dict[str, Any]:
+    """Where a run ran, for the report: CPU model and cores, accelerator, threads and library versions."""
+    import platform
+
+    import lightning
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    device = "CPU"
+    root = getattr(getattr(trainer, "strategy", None), "root_device", None)
+    if root is not None and root.type == "cuda":
+        device = torch.cuda.get_device_name(root)
+    return {
+        "machine": f"{cpu}, {os.cpu_count()} cores, {device}",
+        "device": device,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+    }
+
+
 def _to_float(value: Any) -> float:
     return float(value.item() if hasattr(value, "item") else value)
 
@@ -137,6 +164,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "checkpoint": tested_on,
         "resumed_from": resumed_from,
         "wall_time_s": round(time.time() - start, 2),
+        "environment": environment(trainer),
         "tags": list(cfg.get("tags") or []),
         "run_dir": str(output_dir),
         "config": OmegaConf.to_container(cfg, resolve=True),

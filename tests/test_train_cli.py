@@ -30,6 +30,7 @@ def test_cli_fast_run_writes_results_and_offline_wandb(tmp_path):
     assert {"test/error", "test/acc", "test/loss"} <= results["metrics"].keys()
     assert 0.0 <= results["metrics"]["test/error"] <= 100.0
     assert results["params"]["canonicalizer"] > 0 and results["params"]["predictor"] > 0
+    assert results["environment"]["device"] == "CPU" and "cores" in results["environment"]["machine"]
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert (run_dir / "canonicalized" / "epoch_0000.png").is_file()
     assert (run_dir / "csv" / "metrics.csv").is_file()

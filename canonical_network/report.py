@@ -1,0 +1,506 @@
+"""The reproduction report: finished runs → ``REPRODUCTION.md`` with figures, beside the paper's numbers.
+
+    python -m canonical_network.report docs/reproduction/runs --out docs/reproduction
+    python -m canonical_network.report outputs/reproduction outputs/multiruns/<sweep> --out outputs/report
+
+Every ``results.json`` below the folders is one run (``canonical_network.train`` writes them; the
+``csv/metrics.csv`` beside it gives the validation curve). The report holds:
+
+* every paper table with runs: ours as mean ± 95 % confidence interval (Student t over seeds) with n, the
+  paper's mean, and Δ — one table per data set and epoch cap, so runs of different budgets or data are
+  never pooled, and no Δ is printed against the paper for a data set the paper did not use;
+* the paper's claims (:data:`CLAIMS`) as checks: *holds*, *does not hold* or *not resolved*, from the
+  difference of two cells and its 95 % Welch interval (a claim is resolved only when the interval
+  excludes the other answer; n < 2 on either side never resolves);
+* runs that change a row's own config (ablations: any override beyond seed, budget, logging and run
+  folder) grouped by those overrides, apart from the paper tables;
+* a bar chart per table (ours with CI, the paper with its std) and validation curves per row;
+* every run: command, data set, epochs, wall time and the machine it ran on.
+
+Regenerating it from the same folders gives the same file: nothing in it depends on the clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from canonical_network.tables import load_runs, paper_tables
+
+REPORT_FILE = "REPRODUCTION.md"
+FIGURES = "figures"
+
+# Overrides that do not change what a row is: the seed, where and how it logs, the epoch cap (reported as
+# the budget), and the checkpoint a CN(pretrained) row reads (it is the row's input, not a variant).
+NEUTRAL_OVERRIDE_PREFIXES = (
+    "experiment=", "seed=", "hydra.", "logger", "~callbacks.rich_progress_bar", "callbacks.rich_progress_bar",
+    "trainer.max_epochs=", "trainer.enable_progress_bar=", "canonicalization.checkpoint=", "trainer=",
+    "data.num_workers=", "paths.", "sweep=", "matmul_precision=",
+)
+
+# Data modules: a short name, and whether the paper's numbers were measured on (a subset of) that data.
+DATASETS = {
+    "RotatedMNIST5kDataModule": ("rotated_mnist_5k (5,000 MNIST digits, ours)", True),
+    "RotatedMNISTDataModule": ("MNIST-rot", True),
+    "NBodyDataModule": ("N-body charged particles", True),
+    "ModelNet40DataModule": ("ModelNet40", True),
+    "ShapeNetPartDataModule": ("ShapeNet-part", True),
+    "SyntheticShapesDataModule": ("synthetic_shapes (not the paper's data)", False),
+}
+
+T_LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A statement of the paper as a comparison of two cells ``(table, row, column)``.
+
+    ``relation="better"``: ``a`` beats ``b`` in the table's direction (lower error, higher accuracy);
+    ``relation="equal"``: ``|a − b| ≤ tolerance`` (in the table's unit).
+    """
+
+    text: str
+    table: str
+    a: tuple[str, int]
+    b: tuple[str, int]
+    relation: str = "better"
+    tolerance: float = 0.0
+    source: str = ""
+
+
+def _invariance_claims() -> list[Claim]:
+    """CN rows are invariant by construction, so their rotation protocols should agree (Tables 4 and 5b)."""
+    claims = []
+    for table, source, a_col, b_col in (("modelnet_table", "Table 4", 1, 0), ("shapenet_table", "Table 5b", 0, 1)):
+        spec = paper_tables()[table]
+        a_name, b_name = spec["columns"][a_col]["name"], spec["columns"][b_col]["name"]
+        for row in (r["name"] for r in spec["rows"] if r["name"].startswith("CN(")):
+            claims.append(Claim(f"{row}: {a_name} = {b_name} within 1 point", table, (row, a_col), (row, b_col),
+                                relation="equal", tolerance=1.0, source=source))
+    return claims
+
+
+CLAIMS: list[Claim] = [
+    Claim("CN(p64)-CNN beats the CNN", "rotmnist_table1", ("CN(p64)-CNN", 0), ("CNN (base)", 0), source="Table 1"),
+    Claim("CN(p4)-CNN beats the CNN", "rotmnist_table1", ("CN(p4)-CNN", 0), ("CNN (base)", 0), source="Table 1"),
+    Claim("Learned beats frozen: CN(p4) < CN(p4 & frozen)", "rotmnist_table1", ("CN(p4)-CNN", 0),
+          ("CN(p4 & frozen)-CNN", 0), source="Table 1"),
+    Claim("Learned beats PCA: CN(p64) < CN(PCA)", "rotmnist_table1", ("CN(p64)-CNN", 0), ("CN(PCA)-CNN", 0),
+          source="Table 1"),
+    Claim("Error falls with the group order: CN(p64) < CN(p4)", "rotmnist_table1", ("CN(p64)-CNN", 0),
+          ("CN(p4)-CNN", 0), source="Tables 1, 6"),
+    Claim("Canonicalization beats augmentation: CN(p64) < CNN (rotation aug.)", "rotmnist_table2",
+          ("CN(p64)-CNN", 0), ("CNN (rotation aug.)", 0), source="Table 2"),
+    Claim("A pretrained canonicalizer does as well as a jointly trained one (within 0.5 points)",
+          "rotmnist_table2", ("CN(pretrained)-CNN", 0), ("CN(p64)-CNN", 0), relation="equal", tolerance=0.5,
+          source="Table 2"),
+    Claim("Table 6: error falls with the group order (3 layers, p64 < p4)", "rotmnist_table6",
+          ("3 layers", 4), ("3 layers", 0), source="Table 6"),
+    Claim("CN-GNN beats the GNN", "nbody_table", ("CN-GNN", 0), ("GNN", 0), source="Table 3"),
+    Claim("CN-GNN beats EGNN", "nbody_table", ("CN-GNN", 0), ("EGNN", 0), source="Table 3"),
+    Claim("CN-GNN beats FA-GNN", "nbody_table", ("CN-GNN", 0), ("FA-GNN", 0), source="Table 3"),
+    Claim("Learned beats frozen: CN-GNN < CN-GNN (frozen)", "nbody_table", ("CN-GNN", 0),
+          ("CN-GNN (frozen)", 0), source="Table 3"),
+    Claim("CN(NL)-PointNet beats PointNet under z/SO(3)", "modelnet_table", ("CN(NL)-PointNet", 1),
+          ("PointNet", 1), source="Table 4"),
+    Claim("CN(NL)-DGCNN beats DGCNN under z/SO(3)", "modelnet_table", ("CN(NL)-DGCNN", 1), ("DGCNN", 1),
+          source="Table 4"),
+    *_invariance_claims(),
+]
+
+
+# ----------------------------------------------------------------------------------------------- statistics
+def t_quantile(df: float, level: float = T_LEVEL) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + level / 2, df))
+
+
+def mean_ci(values: list[float]) -> tuple[float, float | None]:
+    """Mean and the half-width of its 95 % Student-t interval (None for n < 2)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, t_quantile(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def welch_interval(a: list[float], b: list[float]) -> tuple[float, float | None, float | None]:
+    """``mean(a) − mean(b)``, the 95 % Welch interval's half-width and the two-sided p-value (None: n < 2)."""
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    if len(a) < 2 or len(b) < 2:
+        return diff, None, None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return diff, 0.0, 0.0 if diff != 0 else 1.0
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    from scipy import stats
+
+    p = float(2 * stats.t.sf(abs(diff) / se, df))
+    return diff, t_quantile(df) * se, p
+
+
+def verdict(claim: Claim, diff: float, half: float | None, lower_is_better: bool) -> str:
+    """holds / does not hold / not resolved, from the interval ``diff ± half`` of ``a − b``."""
+    if half is None:
+        return "not resolved (n < 2)"
+    lo, hi = diff - half, diff + half
+    if claim.relation == "equal":
+        tol = claim.tolerance
+        if -tol <= lo and hi <= tol:
+            return "holds"
+        if hi < -tol or lo > tol:
+            return "does not hold"
+        return "not resolved"
+    better = (hi < 0) if lower_is_better else (lo > 0)
+    worse = (lo > 0) if lower_is_better else (hi < 0)
+    return "holds" if better else "does not hold" if worse else "not resolved"
+
+
+# ----------------------------------------------------------------------------------------------- runs
+def variant_of(run: dict) -> tuple[str, ...]:
+    """The overrides that make a run differ from its experiment's own config (empty: the row itself)."""
+    overrides = run.get("overrides") or []
+    return tuple(sorted(o for o in overrides if not o.startswith(NEUTRAL_OVERRIDE_PREFIXES)))
+
+
+def dataset_of(run: dict) -> tuple[str, bool]:
+    target = str(run.get("config.data._target_") or "")
+    return DATASETS.get(target.rsplit(".", 1)[-1], (target.rsplit(".", 1)[-1] or "unknown data", False))
+
+
+def budget_of(run: dict) -> str:
+    cap = run.get("config.trainer.max_epochs")
+    return f"≤ {cap} epochs" if cap is not None else "unknown budget"
+
+
+@dataclass
+class Cell:
+    values: list[float] = field(default_factory=list)
+    runs: list[dict] = field(default_factory=list)
+
+    def summary(self) -> tuple[float, float | None] | None:
+        return mean_ci(self.values) if self.values else None
+
+
+def table_cells(spec: dict, runs: list[dict]) -> dict[tuple[str, int], Cell]:
+    """Runs of the rows' own configs (no variant), matched to cells as the tables tool matches them."""
+    cells: dict[tuple[str, int], Cell] = {}
+    for row in spec["rows"]:
+        row_match = dict(row.get("match") or {"experiment": row["experiment"]})
+        for j, column in enumerate(spec["columns"]):
+            match = {**row_match, **(column.get("match") or {})}
+            cell = cells.setdefault((row["name"], j), Cell())
+            for run in runs:
+                if run.get("status") != "completed" or not all(run.get(k) == v for k, v in match.items()):
+                    continue
+                value = run["metrics"].get(spec["metric"])
+                if value is None or not math.isfinite(float(value)):
+                    continue
+                cell.values.append(float(value) * spec.get("scale", 1.0))
+                cell.runs.append(run)
+    return cells
+
+
+def _epochs_text(cell: Cell) -> str:
+    epochs = sorted(int(r["epochs"]) + 1 for r in cell.runs if r.get("epochs") is not None)
+    if not epochs:
+        return "–"
+    return str(epochs[0]) if epochs[0] == epochs[-1] else f"{epochs[0]}–{epochs[-1]}"
+
+
+def _fmt(x: float | None, digits: int) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _paper(row: dict, j: int) -> tuple[float | None, float | None]:
+    paper = (row.get("paper") or [None] * (j + 1))[j]
+    return (paper[0], paper[1]) if paper else (None, None)
+
+
+# ----------------------------------------------------------------------------------------------- figures
+def _bar_chart(name: str, spec: dict, cells: dict, path: Path, comparable: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, ours, ours_err, paper, paper_err = [], [], [], [], []
+    for row in spec["rows"]:
+        for j, column in enumerate(spec["columns"]):
+            s = cells[(row["name"], j)].summary()
+            if s is None:
+                continue
+            label = row["name"] if len(spec["columns"]) == 1 else f"{row['name']} [{column['name']}]"
+            p_mean, p_std = _paper(row, j)
+            labels.append(label)
+            ours.append(s[0])
+            ours_err.append(s[1] or 0.0)
+            paper.append(p_mean if (comparable and p_mean is not None) else float("nan"))
+            paper_err.append(p_std or 0.0)
+    if not labels:
+        return
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(labels) + 2), 4.2))
+    x = range(len(labels))
+    width = 0.4
+    ax.bar([i - width / 2 for i in x], ours, width, yerr=ours_err, capsize=3, label="ours (95 % CI)")
+    if comparable:
+        ax.bar([i + width / 2 for i in x], paper, width, yerr=paper_err, capsize=3, label="paper (± std)",
+               color="0.7")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
+    scale = spec.get("scale", 1.0)
+    ax.set_ylabel(spec["metric"] + (f" × {scale:g}" if scale != 1.0 else ""))
+    ax.set_title(spec["title"], fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def read_curve(run: dict, metric: str) -> list[tuple[int, float]]:
+    """``(epoch, value)`` of ``metric`` from the run's ``csv/metrics.csv`` (empty when absent)."""
+    path = Path(run["path"]).parent / "csv" / "metrics.csv"
+    if not path.is_file():
+        return []
+    points: dict[int, float] = {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            value = row.get(metric)
+            if value not in (None, "") and row.get("epoch") not in (None, ""):
+                points[int(float(row["epoch"]))] = float(value)
+    return sorted(points.items())
+
+
+def _curves_chart(name: str, spec: dict, cells: dict, path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metric = spec.get("val_metric") or spec["metric"].replace("test/", "val/", 1)
+    series = []
+    for row in spec["rows"]:
+        for j, column in enumerate(spec["columns"]):
+            for run in cells[(row["name"], j)].runs:
+                curve = read_curve(run, metric)
+                if curve:
+                    label = row["name"] if len(spec["columns"]) == 1 else f"{row['name']} [{column['name']}]"
+                    series.append((label, run.get("seed"), curve))
+    if not series:
+        return False
+    labels = sorted({s[0] for s in series}, key=[s[0] for s in series].index)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for label, seed, curve in series:
+        i = labels.index(label)
+        ax.plot([e for e, _ in curve], [v for _, v in curve], color=colors[i % len(colors)],
+                linestyle=("-", "--", ":", "-.")[(i // len(colors)) % 4], linewidth=1,
+                label=label if seed == min(s[1] for s in series if s[0] == label) else None)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(metric)
+    if spec.get("lower_is_better") and metric.endswith(("error", "mse", "loss")):
+        ax.set_yscale("log")
+    ax.set_title(f"{spec['title']}: validation curves (one line per seed)", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# ----------------------------------------------------------------------------------------------- report
+def _groups(runs: list[dict]) -> list[tuple[tuple[str, str], list[dict]]]:
+    """Runs by (data set, epoch cap): the largest budget first, the one a reader looks for."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    caps: dict[tuple[str, str], float] = {}
+    for run in runs:
+        key = (dataset_of(run)[0], budget_of(run))
+        groups[key].append(run)
+        cap = run.get("config.trainer.max_epochs")
+        caps[key] = float(cap) if isinstance(cap, (int, float)) and cap > 0 else math.inf
+    return sorted(groups.items(), key=lambda kv: (kv[0][0], -caps[kv[0]]))
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()[:60]
+
+
+def render_table(name: str, spec: dict, cells: dict, comparable: bool) -> list[str]:
+    digits = spec.get("digits", 2)
+    multi = len(spec["columns"]) > 1
+    header = ["Method"] + (["Protocol"] if multi else []) + ["ours (mean ± 95 % CI)", "n", "epochs run",
+                                                            "paper", "Δ (ours − paper)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in spec["rows"]:
+        for j, column in enumerate(spec["columns"]):
+            cell = cells[(row["name"], j)]
+            s = cell.summary()
+            p_mean, p_std = _paper(row, j)
+            paper = "–" if p_mean is None else _fmt(p_mean, digits) + (f" ± {_fmt(p_std, digits)}" if p_std else "")
+            if not comparable:
+                paper, delta = "(other data)", "–"
+            else:
+                delta = f"{s[0] - p_mean:+.{digits}f}" if (s and p_mean is not None) else "–"
+            ours = "–" if s is None else _fmt(s[0], digits) + (f" ± {_fmt(s[1], digits)}" if s[1] is not None else "")
+            lines.append("| " + " | ".join([row["name"]] + ([column["name"]] if multi else [])
+                                           + [ours, str(len(cell.values)), _epochs_text(cell), paper, delta]) + " |")
+    return lines
+
+
+def render_claims(tables: dict, cells_by_table: dict) -> list[str]:
+    lines = ["| Claim (paper) | data, budget | a − b (95 % CI) | n (a, b) | p (Welch) | verdict |",
+             "|---|---|---|---|---|---|"]
+    any_row = False
+    for claim in CLAIMS:
+        spec = tables[claim.table]
+        digits = spec.get("digits", 2)
+        for group, cells in cells_by_table.get(claim.table, {}).items():
+            a, b = cells.get(claim.a), cells.get(claim.b)
+            if a is None or b is None or not a.values or not b.values:
+                continue
+            diff, half, p = welch_interval(a.values, b.values)
+            v = verdict(claim, diff, half, spec.get("lower_is_better", True))
+            interval = f"{diff:+.{digits}f}" + (f" ± {half:.{digits}f}" if half is not None else "")
+            if claim.relation == "equal":
+                interval += f" (tolerance ±{claim.tolerance:g})"
+            lines.append(f"| {claim.text} ({claim.source}) | {group[0]}, {group[1]} | {interval} | "
+                         f"{len(a.values)}, {len(b.values)} | {'–' if p is None else f'{p:.2g}'} | **{v}** |")
+            any_row = True
+    return lines if any_row else ["No claim has runs on both of its sides yet."]
+
+
+def render_variants(runs: list[dict]) -> list[str]:
+    """Ablation runs, grouped by experiment, data, budget and the overrides that make them a variant."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for run in runs:
+        groups[(run.get("experiment"), dataset_of(run)[0], budget_of(run), variant_of(run))].append(run)
+    lines = ["| Experiment | variant (overrides) | data, budget | metric | mean ± 95 % CI | n | epochs run |",
+             "|---|---|---|---|---|---|---|"]
+    for (experiment, data, budget, variant), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        ok = [r for r in members if r.get("status") == "completed" and r["metrics"]]
+        metric = _headline_metric(ok[0]["metrics"]) if ok else None
+        values = [float(r["metrics"][metric]) for r in ok if metric in r["metrics"]]
+        if values:
+            m, h = mean_ci(values)
+            text = f"{m:.4g}" + (f" ± {h:.2g}" if h is not None else "")
+        else:
+            text = "failed: " + str(members[0].get("error") or members[0].get("status"))[:60]
+        cell = Cell(values, ok)
+        lines.append(f"| {experiment} | `{' '.join(variant) or '(row default)'}` | {data}, {budget} | "
+                     f"{metric or '–'} | {text} | {len(values)} | {_epochs_text(cell)} |")
+    return lines
+
+
+def _headline_metric(metrics: dict) -> str:
+    for name in ("test/error", "test/mse", "test/class_miou", "test/acc"):
+        if name in metrics:
+            return name
+    return sorted(metrics)[0]
+
+
+def render_runs(runs: list[dict], root: Path) -> list[str]:
+    lines = ["| Run | experiment | seed | status | data | epochs | wall time | machine |", "|---|---|---|---|---|---|---|---|"]
+    for run in sorted(runs, key=lambda r: (str(r.get("experiment")), str(r.get("path")))):
+        path = Path(run["path"]).parent
+        try:
+            shown = path.resolve().relative_to(root.resolve())
+        except ValueError:
+            shown = path
+        wall = run.get("wall_time_s")
+        machine = run.get("environment.machine") or "not recorded"
+        lines.append(f"| `{shown}` | {run.get('experiment')} | {run.get('seed')} | {run.get('status')} | "
+                     f"{dataset_of(run)[0]} | {'–' if run.get('epochs') is None else int(run['epochs']) + 1} | "
+                     f"{'–' if wall is None else f'{float(wall) / 60:.1f} min'} | {machine} |")
+    return lines
+
+
+def command_of(run: dict) -> str:
+    overrides = [o for o in (run.get("overrides") or []) if not o.startswith("hydra.run.dir=")]
+    return "python -m canonical_network.train " + " ".join(overrides)
+
+
+def build_report(folders: list[Path], out: Path) -> Path:
+    runs = [run for folder in folders for run in load_runs(folder)]
+    if not runs:
+        raise SystemExit(f"no results.json found under {' '.join(map(str, folders))}")
+    # Inside out/ the figures are rebuilt; everything else in out/ is left alone (e.g. the committed runs).
+    figures = out / FIGURES
+    figures.mkdir(parents=True, exist_ok=True)
+    tables = paper_tables()
+    row_runs = [r for r in runs if not variant_of(r)]
+    variants = [r for r in runs if variant_of(r)]
+    completed = [r for r in runs if r.get("status") == "completed"]
+    total_wall = sum(float(r.get("wall_time_s") or 0.0) for r in runs)
+    lines = [
+        "# Reproduction report",
+        "",
+        "Generated by `python -m canonical_network.report "
+        + " ".join(str(f) for f in folders) + f" --out {out}` from {len(runs)} runs "
+        f"({len(completed)} completed; {total_wall / 3600:.1f} h of training in all). Ours: mean ± 95 % "
+        "confidence interval over seeds (Student t; none for n = 1). Paper: mean ± std as published. "
+        "A claim *holds* or *does not hold* only when the 95 % Welch interval of the difference excludes "
+        "the other answer; otherwise it is *not resolved*. Runs of different data sets or epoch caps are "
+        "never pooled: each gets its own table.",
+        "",
+    ]
+    cells_by_table: dict[str, dict] = {}
+    table_sections: list[str] = []
+    for name, spec in tables.items():
+        for group, members in _groups(row_runs):
+            cells = table_cells(spec, members)
+            if not any(c.values for c in cells.values()):
+                continue
+            comparable = dataset_of(members[0])[1]
+            cells_by_table.setdefault(name, {})[group] = cells
+            slug = _slug(f"{name}_{group[0].split()[0]}_{group[1]}")
+            arrow = "lower is better" if spec.get("lower_is_better") else "higher is better"
+            unit = f"{spec['metric']}" + (f" × {spec['scale']:g}" if spec.get("scale", 1.0) != 1.0 else "")
+            table_sections += [f"### {spec['title']}", "",
+                               f"Data: {group[0]}; budget: {group[1]}; metric: {unit}, {arrow}.", ""]
+            table_sections += render_table(name, spec, cells, comparable)
+            bar = figures / f"{slug}_bars.png"
+            _bar_chart(name, spec, cells, bar, comparable)
+            table_sections += ["", f"![{spec['title']}]({FIGURES}/{bar.name})"]
+            curve = figures / f"{slug}_val_curves.png"
+            if _curves_chart(name, spec, cells, curve):
+                table_sections += ["", f"![validation curves]({FIGURES}/{curve.name})"]
+            table_sections.append("")
+    lines += ["## The paper's claims", ""] + render_claims(tables, cells_by_table) + [""]
+    lines += ["## Tables", ""] + (table_sections or ["No run belongs to a paper table.", ""])
+    if variants:
+        lines += ["## Ablations and variants", "",
+                  "Runs whose overrides change a row's config, grouped by those overrides.", ""]
+        lines += render_variants(variants) + [""]
+    lines += ["## Commands", "", "Each distinct command (run folder left out: rerunning with "
+              "`hydra.run.dir=<run folder>` resumes it):", "", "```"]
+    lines += sorted({command_of(r) for r in runs}) + ["```", ""]
+    machines = sorted({str(r.get("environment.machine") or "not recorded") for r in runs})
+    lines += ["## Runs", "", "Machines: " + "; ".join(machines), ""] + render_runs(runs, out) + [""]
+    path = out / REPORT_FILE
+    path.write_text("\n".join(lines))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folders", nargs="+", type=Path, help="folders searched recursively for results.json")
+    parser.add_argument("--out", type=Path, required=True, help=f"where {REPORT_FILE} and {FIGURES}/ go")
+    args = parser.parse_args(argv)
+    for folder in args.folders:
+        if not folder.is_dir():
+            parser.error(f"{folder} is not a folder")
+    path = build_report(args.folders, args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Run a table's rows x seeds at a fixed protocol, a bounded number of jobs at a time, resumably.
+
+Each job trains into its own fixed folder ``<out>/<experiment>/seed<k>`` (``hydra.run.dir``), so rerunning
+the same command resumes unfinished jobs from their ``last.ckpt`` and skips finished ones (a
+``results.json`` with ``"status": "completed"``). Unlike ``hydra/launcher=local``, which starts every job
+of a sweep at once, at most ``--jobs`` processes run together, each limited to ``--threads`` threads.
+
+    python scripts/run_protocol.py --out outputs/reproduction/rotmnist --jobs 2 --seeds 0 1 2 \\
+        --experiments rotmnist/cnn rotmnist/cn_p64 rotmnist/cn_pretrained -- trainer.max_epochs=100 logger=csv
+
+``rotmnist/cn_pretrained`` is given the tested checkpoint of the ``rotmnist/cn_p64`` job of the same seed
+(which therefore runs first). The command of every job is appended to ``<out>/commands.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+# Rows that need another row's finished run: (experiment) -> (source experiment, override key).
+DEPENDS_ON = {"rotmnist/cn_pretrained": ("rotmnist/cn_p64", "canonicalization.checkpoint")}
+
+
+def job_dir(out: Path, experiment: str, seed: int) -> Path:
+    return out / experiment / f"seed{seed}"
+
+
+def completed(run_dir: Path) -> dict | None:
+    path = run_dir / "results.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    return record if record.get("status") == "completed" else None
+
+
+def run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
+            finished: dict[tuple[str, int], threading.Event]) -> str:
+    try:
+        return _run_job(out, experiment, seed, overrides, threads, finished)
+    finally:
+        finished[(experiment, seed)].set()
+
+
+def _run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
+             finished: dict[tuple[str, int], threading.Event]) -> str:
+    run_dir = job_dir(out, experiment, seed)
+    if completed(run_dir):
+        return f"skip {experiment} seed {seed} (completed)"
+    extra = []
+    if experiment in DEPENDS_ON:
+        source, key = DEPENDS_ON[experiment]
+        if (source, seed) in finished:  # queued before this job, so it is running or done: wait for it
+            finished[(source, seed)].wait()
+        record = completed(job_dir(out, source, seed))
+        if record is None:
+            return f"FAILED {experiment} seed {seed}: {source} seed {seed} has not completed in {out}"
+        extra.append(f"{key}={record['checkpoint']}")
+    cmd = [sys.executable, "-m", "canonical_network.train", f"experiment={experiment}", f"seed={seed}",
+           f"hydra.run.dir={run_dir}", *extra, *overrides]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(out / "commands.log", "a") as log:
+        log.write(" ".join(cmd[1:]) + "\n")
+    start = time.time()
+    with open(run_dir / "stdout.log", "a") as stdout:
+        rc = subprocess.call(cmd, stdout=stdout, stderr=subprocess.STDOUT, env=env)
+    status = "done" if rc == 0 else f"FAILED (exit {rc}, see {run_dir / 'stdout.log'})"
+    return f"{status} {experiment} seed {seed} in {time.time() - start:.0f} s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="folder of the job folders")
+    parser.add_argument("--experiments", nargs="+", required=True)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=1, help="jobs at once (default 1)")
+    parser.add_argument("--threads", type=int, default=None, help="threads per job (default: cores / jobs)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every job (after --)")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    # Seeds outer, so every row has a first seed before any row has a third; the sources of dependencies
+    # first within a seed and their dependents last, so a dependent waits as little as possible.
+    sources = {source for source, _ in DEPENDS_ON.values()}
+    order = sorted(args.experiments, key=lambda e: (e in DEPENDS_ON) - (e in sources))
+    jobs = [(e, s) for s in args.seeds for e in order]
+    finished = {job: threading.Event() for job in jobs}
+    failures = 0
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for message in pool.map(lambda job: run_job(args.out, *job, args.overrides, threads, finished), jobs):
+            print(message, flush=True)
+            failures += message.startswith("FAILED")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""The reproduction report: statistics, verdicts, grouping by data and budget, ablations kept apart."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from canonical_network import report
+
+MNIST5K = "canonical_network.data.rotated_mnist.RotatedMNIST5kDataModule"
+SHAPES = "canonical_network.data.synthetic_shapes.SyntheticShapesDataModule"
+
+
+def write_run(root, name, experiment, seed, metrics, overrides=(), data=MNIST5K, max_epochs=100, epochs=49,
+              curve=None, extra_config=None):
+    folder = root / name
+    (folder / "csv").mkdir(parents=True)
+    config = {"data": {"_target_": data}, "trainer": {"max_epochs": max_epochs}, **(extra_config or {})}
+    record = {"experiment": experiment, "status": "completed", "seed": seed, "metrics": metrics,
+              "overrides": [f"experiment={experiment}", f"seed={seed}", *overrides], "epochs": epochs,
+              "wall_time_s": 60.0, "config": config,
+              "environment": {"machine": "Test CPU, 2 cores, CPU"}}
+    (folder / "results.json").write_text(json.dumps(record))
+    lines = ["epoch,step,val/error,val/acc"] + [f"{e},{10 * e},{v},{1 - v / 100}" for e, v in (curve or [])]
+    (folder / "csv" / "metrics.csv").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_mean_ci_is_the_student_t_interval():
+    mean, half = report.mean_ci([1.0, 2.0, 3.0])
+    # sd = 1, n = 3, t_{0.975, 2} = 4.3027
+    assert mean == 2.0 and half == pytest.approx(4.302653 / math.sqrt(3), rel=1e-5)
+    assert report.mean_ci([5.0]) == (5.0, None)
+
+
+def test_welch_interval_matches_scipy():
+    from scipy import stats
+
+    a, b = [1.0, 1.2, 0.9, 1.1], [2.0, 2.5, 1.8]
+    diff, half, p = report.welch_interval(a, b)
+    expected = stats.ttest_ind(a, b, equal_var=False)
+    assert p == pytest.approx(expected.pvalue, rel=1e-9)
+    ci = expected.confidence_interval(0.95)
+    assert diff - half == pytest.approx(ci.low, rel=1e-9) and diff + half == pytest.approx(ci.high, rel=1e-9)
+    assert report.welch_interval([1.0], b)[1] is None
+
+
+@pytest.mark.parametrize(
+    "relation,diff,half,lower,expected",
+    [
+        ("better", -2.0, 1.0, True, "holds"),
+        ("better", 2.0, 1.0, True, "does not hold"),
+        ("better", -0.5, 1.0, True, "not resolved"),
+        ("better", 2.0, 1.0, False, "holds"),
+        ("better", -2.0, None, True, "not resolved (n < 2)"),
+        ("equal", 0.1, 0.3, True, "holds"),
+        ("equal", 3.0, 0.5, True, "does not hold"),
+        ("equal", 0.8, 0.5, True, "not resolved"),
+    ],
+)
+def test_verdicts(relation, diff, half, lower, expected):
+    claim = report.Claim("x", "rotmnist_table1", ("a", 0), ("b", 0), relation=relation, tolerance=1.0)
+    assert report.verdict(claim, diff, half, lower) == expected
+
+
+def test_report_tables_claims_variants_and_figures(tmp_path):
+    runs = tmp_path / "runs"
+    for seed, (cnn, p64) in enumerate([(6.0, 3.0), (6.4, 3.2), (6.2, 3.1)]):
+        write_run(runs, f"cnn{seed}", "rotmnist/cnn", seed, {"test/error": cnn},
+                  curve=[(0, 20.0), (1, 10.0), (2, cnn)])
+        write_run(runs, f"p64_{seed}", "rotmnist/cn_p64", seed, {"test/error": p64},
+                  curve=[(0, 15.0), (1, 8.0), (2, p64)])
+    write_run(runs, "p4_0", "rotmnist/cn_p4", 0, {"test/error": 4.0})  # n = 1: its claims stay unresolved
+    # An ablation of the same row must not enter the CN(p64) cell.
+    write_run(runs, "p64_wide", "rotmnist/cn_p64", 0, {"test/error": 30.0},
+              overrides=["canonicalization.hidden_channels=32"])
+    # A short smoke run is another budget: its own table, never pooled with the 100-epoch runs.
+    write_run(runs, "cnn_smoke", "rotmnist/cnn", 0, {"test/error": 50.0}, max_epochs=1, epochs=0)
+    out = tmp_path / "report"
+    path = report.build_report([runs], out)
+    text = path.read_text()
+
+    row = next(line for line in text.splitlines() if line.startswith("| CN(p64)-CNN |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    mean, half = report.mean_ci([3.0, 3.2, 3.1])
+    assert cells[1] == f"{mean:.2f} ± {half:.2f}" and cells[2] == "3" and cells[3] == "50"
+    assert cells[4] == "1.99 ± 0.10" and cells[5] == f"{mean - 1.99:+.2f}"
+    assert "≤ 1 epochs" in text and "50.00" in text  # the smoke run: shown, in its own table
+    assert "| CNN (base) | 6.20 ± " in text  # not pooled with the smoke run's 50.0
+
+    claim = next(line for line in text.splitlines() if line.startswith("| CN(p64)-CNN beats the CNN"))
+    assert "**holds**" in claim and "3, 3" in claim
+    claim = next(line for line in text.splitlines() if line.startswith("| CN(p4)-CNN beats the CNN"))
+    assert "**not resolved (n < 2)**" in claim
+
+    assert "## Ablations and variants" in text and "canonicalization.hidden_channels=32" in text
+    assert "Test CPU, 2 cores, CPU" in text
+    assert "python -m canonical_network.train experiment=rotmnist/cn_p64 seed=0 " \
+           "canonicalization.hidden_channels=32" in text
+    figures = sorted(p.name for p in (out / "figures").iterdir())
+    assert any(name.endswith("_bars.png") for name in figures)
+    assert any(name.endswith("_val_curves.png") for name in figures)
+
+    # Rebuilding from the same runs gives the same file.
+    assert report.build_report([runs], out).read_text() == text
+
+
+def test_no_paper_delta_on_other_data(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in range(2):
+        write_run(runs, f"pn{seed}", "modelnet/pointnet", seed, {"test/acc": 0.5 + 0.01 * seed}, data=SHAPES,
+                  extra_config={"data": {"_target_": SHAPES, "rotation": "z/z"}})
+    text = report.build_report([runs], tmp_path / "out").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| PointNet | z/z |"))
+    assert "(other data)" in row and "85.9" not in row
+    assert "synthetic_shapes (not the paper's data)" in text
+
+
+def test_cli_refuses_empty_and_missing_folders(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        report.main([str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
+    assert "is not a folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="no results.json"):
+        report.main([str(tmp_path / "empty"), "--out", str(tmp_path / "o")])

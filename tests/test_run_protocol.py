@@ -1,0 +1,43 @@
+"""scripts/run_protocol.py: fixed job folders, a bounded number of jobs at once, finished jobs skipped."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from canonical_network.utils.config import PROJECT_ROOT
+
+SCRIPT = PROJECT_ROOT / "scripts" / "run_protocol.py"
+
+
+def run_script(out, *extra):
+    cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--jobs", "2", "--seeds", "0", "1",
+           "--experiments", "rotmnist/cnn", *extra, "--", "debug=fast", "logger=none"]
+    return subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_runs_each_job_once_into_its_folder(tmp_path):
+    out = tmp_path / "runs"
+    first = run_script(out)
+    assert first.returncode == 0, first.stdout + first.stderr
+    for seed in (0, 1):
+        record = json.loads((out / "rotmnist" / "cnn" / f"seed{seed}" / "results.json").read_text())
+        assert record["status"] == "completed" and record["seed"] == seed
+        assert record["environment"]["torch_threads"] == max(1, (os.cpu_count() or 1) // 2)  # cores / jobs
+    commands = (out / "commands.log").read_text().splitlines()
+    assert len(commands) == 2 and all("hydra.run.dir=" in c and "debug=fast" in c for c in commands)
+
+    again = run_script(out)
+    assert again.returncode == 0 and again.stdout.count("skip rotmnist/cnn") == 2
+    assert len((out / "commands.log").read_text().splitlines()) == 2
+
+
+def test_dependent_row_needs_its_source(tmp_path):
+    # CN(pretrained) reads the tested checkpoint of CN(p64) of the same seed; without that run it refuses.
+    cmd = [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--seeds", "0", "--experiments",
+           "rotmnist/cn_pretrained", "--", "debug=fast"]
+    proc = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "rotmnist/cn_p64 seed 0 has not completed" in proc.stdout
