@@ -41,3 +41,20 @@ def test_dependent_row_needs_its_source(tmp_path):
     proc = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "rotmnist/cn_p64 seed 0 has not completed" in proc.stdout
+
+
+def test_collect_copies_only_the_records_of_completed_runs(tmp_path):
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    from collect_runs import collect
+
+    for name, status in (("a/seed0", "completed"), ("b/seed0", "failed")):
+        run = tmp_path / "src" / name
+        (run / "csv").mkdir(parents=True)
+        (run / "checkpoints").mkdir()
+        (run / "results.json").write_text(json.dumps({"status": status}))
+        (run / "csv" / "metrics.csv").write_text("epoch\n0\n")
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"x" * 10)
+    copied = collect(tmp_path / "src", tmp_path / "dst")
+    assert copied == [tmp_path / "dst" / "a" / "seed0"]
+    assert sorted(str(p.relative_to(tmp_path / "dst")) for p in (tmp_path / "dst").rglob("*") if p.is_file()) == [
+        "a/seed0/csv/metrics.csv", "a/seed0/results.json"]
