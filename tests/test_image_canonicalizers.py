@@ -99,3 +99,44 @@ def test_blank_images_give_finite_logits(canonicalizer):
 def test_bad_gcnn_arguments_name_the_key_and_range(kwargs, key):
     with pytest.raises(ValueError, match=key + r" must be an integer in \["):
         GCNNCanonicalizer(**kwargs)
+
+
+def test_free_filters_temperature_and_their_errors():
+    h = GCNNCanonicalizer(num_rotations=4, num_layers=1, hidden_channels=16, filters="free")
+    # the authors' layer: 16 free 28 x 28 filters and one bias per field
+    assert sum(p.numel() for p in h.parameters()) == 16 * 28 * 28 + 16
+    with pytest.raises(ValueError, match="canonicalization.filters must be one of"):
+        GCNNCanonicalizer(filters="fourier")
+    with pytest.raises(ValueError, match="canonicalization.reflection=true"):
+        GCNNCanonicalizer(filters="free", reflection=True)
+    for bad in (0.0, -1.0, "hot"):
+        with pytest.raises(ValueError, match="canonicalization.temperature must be a number > 0"):
+            GCNNCanonicalizer(temperature=bad)
+
+
+def test_temperature_scales_the_straight_through_gradient(rotated_digits):
+    """The forward choice is the argmax whatever the temperature; the soft-max gradient is what changes."""
+    images, labels = rotated_digits
+    grads = {}
+    for temperature in (1.0, 1e3):
+        task = make_task(num_rotations=4, num_layers=1, temperature=temperature).train()
+        F.cross_entropy(task(images), labels).backward()
+        grads[temperature] = sum(p.grad.abs().sum() for p in task.canonicalizer.parameters())
+        task.eval()
+        assert torch.equal(task.canonicalizer.canonicalize(images)[1].index,
+                           make_task(num_rotations=4, num_layers=1).eval().canonicalizer.canonicalize(images)[1].index)
+    # softmax(s / T) has Jacobian (1/T)(diag(p) − p pᵀ): a 1000× hotter soft-max passes a far smaller gradient
+    assert grads[1e3] < 0.01 * grads[1.0]
+
+
+def test_canonicalizer_learning_rate_is_its_own_param_group():
+    task = ImageClassificationTask(canonicalizer=GCNNCanonicalizer(num_rotations=4, num_layers=1),
+                                   predictor=CNN(), optimizer=lambda params: torch.optim.Adam(params, lr=1e-3),
+                                   canonicalizer_lr=1e-2)
+    groups = task.configure_optimizers().param_groups
+    assert [g["lr"] for g in groups] == [1e-3, 1e-2]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in task.canonicalizer.parameters()}
+    assert sum(len(g["params"]) for g in groups) == len(list(task.parameters()))
+    with pytest.raises(ValueError, match="model.canonicalizer_lr must be null or a number > 0"):
+        ImageClassificationTask(canonicalizer=GCNNCanonicalizer(num_rotations=4, num_layers=1), predictor=CNN(),
+                                optimizer=lambda params: torch.optim.Adam(params), canonicalizer_lr=0)

@@ -85,3 +85,19 @@ def test_plain_cnn_fails_the_same_check(rotated_digits):
     # logits vary from digit to digit.
     spread = (logits - logits.mean(dim=0)).abs().max()
     assert gap > ATOL and gap > 0.2 * spread, (gap, spread)
+
+
+@pytest.mark.parametrize("order", [4, 8])
+def test_free_filter_canonicalizer_is_exact_for_quarter_turns(rotated_digits, order):
+    """The authors' free rotated filters (canonicalization.filters=free): C_4 ⊂ C_N acts exactly."""
+    model = fit_image_model(["experiment=rotmnist/cn_p4", "canonicalization.filters=free",
+                             f"canonicalization.num_rotations={order}"], train_steps=5, data=rotated_digits)
+    images, _ = rotated_digits
+    h = model.canonicalizer
+    with torch.no_grad():
+        logits = model(images)
+        index = h.group_element_index(h.canonicalize(images)[1])
+        for k in (1, 2, 3):
+            rotated = torch.rot90(images, k, dims=(-2, -1))
+            assert torch.equal(h.group_element_index(h.canonicalize(rotated)[1]), (index + k * order // 4) % order)
+            assert torch.allclose(logits, model(rotated), atol=ATOL)

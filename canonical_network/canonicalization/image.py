@@ -7,13 +7,66 @@ invariant classifier.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
-from canonical_network.groups.image import PlanarElement, act_inverse, element_angles_deg
+from canonical_network.groups.image import PlanarElement, act_inverse, element_angles_deg, rotate_deg
 from canonical_network.utils.checks import check_int_range
+
+FILTERS = ("steerable", "free")
+
+
+class RotatedFilterLifting(nn.Module):
+    """Lifting convolution with free (unconstrained) filters, each used in N rotated copies.
+
+    The layer of the authors' code (``models/equivariant_layers.py`` in oumarkaba/canonical_network): a
+    bank of ``out_fields × in_channels`` free ``k × k`` filters, rotated by every angle ``j·360°/N`` of C_N,
+    so output channel ``(c, j)`` (escnn's regular-field layout, field-major) correlates the image with
+    filter ``c`` rotated by element ``j``. Rotating the image by element ``r`` then moves the response of
+    copy ``j`` to copy ``j + r``: the output is a regular feature field of C_N, as escnn's lifting
+    ``R2Conv`` gives, and escnn's group convolutions can follow it. Multiples of 90° rotate the filters
+    with ``rot90`` (exact on the grid); other angles with kornia's bilinear rotation, so for N ∤ 4 the
+    equivariance holds up to that interpolation, as in the authors' code.
+
+    Unlike escnn's steerable basis, the filters are not band-limited: ``k²`` free weights per filter
+    (12,544 for 16 fields of 28 × 28) against escnn's few hundred basis coefficients. Initialised as
+    PyTorch initialises ``Conv2d`` (Kaiming uniform, a = √5), bias zero and shared by the N copies of a
+    field, as the authors do.
+
+    Shapes: ``(B, in_channels, H, W)`` → ``(B, out_fields·N, H − k + 1, W − k + 1)``.
+    """
+
+    def __init__(self, in_channels: int, out_fields: int, kernel_size: int, num_rotations: int) -> None:
+        super().__init__()
+        self.num_rotations = num_rotations
+        self.weight = nn.Parameter(torch.empty(out_fields, in_channels, kernel_size, kernel_size))
+        self.bias = nn.Parameter(torch.zeros(out_fields))
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+
+    def rotated_filters(self) -> torch.Tensor:
+        """``(out_fields·N, in_channels, k, k)``: every filter under every rotation of C_N, field-major.
+
+        When 4 divides N, only the first quarter turn is interpolated and the other copies are its exact
+        ``rot90`` images, so rotating the input by 90° permutes the copies exactly (C_4 ⊂ C_N is exact).
+        """
+        n = self.num_rotations
+        per_quarter = n // 4 if n % 4 == 0 else n
+        base = [self.weight if j == 0 else rotate_deg(self.weight, 360.0 * j / n) for j in range(per_quarter)]
+        copies = []
+        for j in range(n):
+            quarter, step = divmod(j, per_quarter)
+            copies.append(torch.rot90(base[step], quarter, dims=(-2, -1)) if quarter else base[step])
+        if n % 4 and n % 2 == 0:  # 180° is exact on the grid too
+            copies[n // 2] = torch.rot90(self.weight, 2, dims=(-2, -1))
+        return torch.stack(copies, dim=1).flatten(0, 1)  # (out, N, in, k, k) → (out·N, in, k, k)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        bias = self.bias.repeat_interleave(self.num_rotations)
+        return F.conv2d(images, self.rotated_filters(), bias)
 
 
 class GCNNCanonicalizer(Canonicalizer):
@@ -40,6 +93,10 @@ class GCNNCanonicalizer(Canonicalizer):
         in_channels: image channels.
         frequencies_cutoff: escnn's band limit for the lifting kernel basis; lowers the memory needed to
             build large groups (N = 64) at the price of smoother filters. ``None`` uses escnn's default.
+        filters: lifting filters: "steerable" (escnn's band-limited basis, exactly equivariant for every
+            N) or "free" (:class:`RotatedFilterLifting`, the authors' free filters rotated N times; C_N only).
+        temperature: of the soft-max whose gradient the straight-through estimator passes to the chosen
+            element (Appendix I uses 1); lower is closer to the hard argmax, higher spreads the gradient.
         freeze: keep the weights at initialisation (the paper's "CN(p4 & frozen)").
     """
 
@@ -53,10 +110,21 @@ class GCNNCanonicalizer(Canonicalizer):
         image_size: int = 28,
         in_channels: int = 1,
         frequencies_cutoff: float | None = None,
+        filters: str = "steerable",
+        temperature: float = 1.0,
         freeze: bool = False,
     ) -> None:
         super().__init__(freeze=freeze)
         check_int_range("canonicalization.num_rotations", num_rotations, low=1)
+        if filters not in FILTERS:
+            raise ValueError(f"canonicalization.filters must be one of {list(FILTERS)}; got {filters!r}")
+        if filters == "free" and reflection:
+            raise ValueError("canonicalization.filters=free rotates free filters (C_N only); got "
+                             "canonicalization.reflection=true: use filters=steerable for D_N")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+            raise ValueError(f"canonicalization.temperature must be a number > 0; got {temperature!r}")
+        self.filters = filters
+        self.temperature = float(temperature)
         check_int_range("canonicalization.num_layers", num_layers, low=1, high=3)
         check_int_range("canonicalization.image_size", image_size, low=1)
         kernel_size = image_size if kernel_size is None else kernel_size
@@ -76,15 +144,20 @@ class GCNNCanonicalizer(Canonicalizer):
         gspace = gspaces.flipRot2dOnR2(num_rotations) if reflection else gspaces.rot2dOnR2(num_rotations)
         self.in_type = enn.FieldType(gspace, in_channels * [gspace.trivial_repr])
         hidden_type = enn.FieldType(gspace, hidden_channels * [gspace.regular_repr])
+        self.hidden_type = hidden_type
         # Valid (unpadded) convolution: with an image-sized kernel the output is one pixel, so no border
-        # effect can break the symmetry, and averaging over space is cheap.
-        layers: list[nn.Module] = [
-            enn.R2Conv(self.in_type, hidden_type, kernel_size=kernel_size, padding=0,
-                       frequencies_cutoff=frequencies_cutoff)
-        ]
+        # effect can break the symmetry, and averaging over space is cheap. With free filters the lifting
+        # layer sits outside the escnn network (``self.lifting``), which then starts at the first ReLU.
+        self.lifting = None
+        layers: list[nn.Module] = []
+        if filters == "free":
+            self.lifting = RotatedFilterLifting(in_channels, hidden_channels, kernel_size, int(num_rotations))
+        else:
+            layers.append(enn.R2Conv(self.in_type, hidden_type, kernel_size=kernel_size, padding=0,
+                                     frequencies_cutoff=frequencies_cutoff))
         for _ in range(num_layers - 1):
             layers += [enn.ReLU(hidden_type), enn.R2Conv(hidden_type, hidden_type, kernel_size=1)]
-        self.network = enn.SequentialModule(*layers)
+        self.network = enn.SequentialModule(*layers) if layers else None
         self.group_order = gspace.fibergroup.order()
         angles, reflect = element_angles_deg(num_rotations, reflection)
         self.register_buffer("element_angle_deg", angles, persistent=False)
@@ -95,7 +168,13 @@ class GCNNCanonicalizer(Canonicalizer):
         """(B, C, H, W) images → (B, |G|) one score per group element, permuted by the group action."""
         from escnn import nn as enn
 
-        features = self.network(enn.GeometricTensor(images, self.in_type)).tensor
+        if self.lifting is None:
+            features = enn.GeometricTensor(images, self.in_type)
+        else:
+            features = enn.GeometricTensor(self.lifting(images), self.hidden_type)
+        if self.network is not None:
+            features = self.network(features)
+        features = features.tensor
         b, _, h, w = features.shape
         # Regular fields are stored as (field, group element) along the channel axis.
         return features.view(b, -1, self.group_order, h, w).mean(dim=(1, 3, 4))
@@ -105,7 +184,7 @@ class GCNNCanonicalizer(Canonicalizer):
         index = scores.argmax(dim=-1)
         weights = F.one_hot(index, self.group_order).to(scores.dtype)
         if self.training and torch.is_grad_enabled():
-            soft = scores.softmax(dim=-1)
+            soft = (scores / self.temperature).softmax(dim=-1)
             weights = weights + soft - soft.detach()  # straight-through: hard forward, soft backward
         g = PlanarElement(
             angle_deg=weights @ self.element_angle_deg.to(scores.dtype),

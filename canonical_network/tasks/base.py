@@ -21,6 +21,9 @@ class CanonicalizedTask(LightningModule):
         optimizer: a partially applied optimiser (Hydra ``_partial_: true``), finished here with the
             trainable parameters only, so frozen canonicalizers are never touched.
         scheduler: optional partially applied LR scheduler, stepped per epoch.
+        canonicalizer_lr: learning rate of the canonicalizer's parameters; ``None`` (default) gives every
+            parameter the optimiser's own. The authors' code uses one learning rate for both; a separate
+            one is an ablation (h sees a few hundred steps and may need a larger step than f).
     """
 
     def __init__(
@@ -29,8 +32,14 @@ class CanonicalizedTask(LightningModule):
         predictor: nn.Module,
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., Any] | None = None,
+        canonicalizer_lr: float | None = None,
     ) -> None:
         super().__init__()
+        if canonicalizer_lr is not None and (
+            isinstance(canonicalizer_lr, bool) or not isinstance(canonicalizer_lr, (int, float)) or not canonicalizer_lr > 0
+        ):
+            raise ValueError(f"model.canonicalizer_lr must be null or a number > 0; got {canonicalizer_lr!r}")
+        self.canonicalizer_lr = None if canonicalizer_lr is None else float(canonicalizer_lr)
         self.network = CanonicalizedModel(canonicalizer, predictor)
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
@@ -56,7 +65,13 @@ class CanonicalizedTask(LightningModule):
         }
 
     def configure_optimizers(self):
-        params = [p for p in self.parameters() if p.requires_grad]
+        canonicalizer_ids = {id(p) for p in self.network.canonicalizer.parameters()}
+        if self.canonicalizer_lr is None:
+            params: Any = [p for p in self.parameters() if p.requires_grad]
+        else:
+            h = [p for p in self.parameters() if p.requires_grad and id(p) in canonicalizer_ids]
+            rest = [p for p in self.parameters() if p.requires_grad and id(p) not in canonicalizer_ids]
+            params = [{"params": rest}] + ([{"params": h, "lr": self.canonicalizer_lr}] if h else [])
         optimizer = self.optimizer_factory(params=params)
         if self.scheduler_factory is None:
             return optimizer

@@ -38,8 +38,9 @@ class ImageClassificationTask(CanonicalizedTask):
     """
 
     def __init__(self, canonicalizer, predictor, optimizer, scheduler=None, num_classes: int = 10,
-                 label_smoothing: float = 0.0, orbit_rotations: int = 0, orbit_reflection: bool = False) -> None:
-        super().__init__(canonicalizer, predictor, optimizer, scheduler)
+                 label_smoothing: float = 0.0, orbit_rotations: int = 0, orbit_reflection: bool = False,
+                 canonicalizer_lr: float | None = None) -> None:
+        super().__init__(canonicalizer, predictor, optimizer, scheduler, canonicalizer_lr=canonicalizer_lr)
         check_int_range("model.orbit_rotations", orbit_rotations, low=0)
         self.label_smoothing = float(label_smoothing)
         self.metrics = torch.nn.ModuleDict(

@@ -20,8 +20,9 @@ class NBodyDynamicsTask(CanonicalizedTask):
     split (sum of squared errors / number of coordinates), so a smaller last batch is weighted correctly.
     """
 
-    def __init__(self, canonicalizer, predictor, optimizer, scheduler=None) -> None:
-        super().__init__(canonicalizer, predictor, optimizer, scheduler)
+    def __init__(self, canonicalizer, predictor, optimizer, scheduler=None,
+                 canonicalizer_lr: float | None = None) -> None:
+        super().__init__(canonicalizer, predictor, optimizer, scheduler, canonicalizer_lr=canonicalizer_lr)
         self.metrics = torch.nn.ModuleDict({f"{split}_mse": MeanSquaredError() for split in ("val", "test")})
 
     def training_step(self, batch, batch_idx):
