@@ -34,6 +34,35 @@ def test_escnn_uses_the_lean_normalisation_after_patching():
     assert basisexpansion_singleblock.normalize_basis is escnn_compat.lean_normalize_basis
 
 
+def test_copy_free_expansion_equals_escnns_einsum():
+    """Filters expanded as one matrix product equal escnn's einsum, on a real sampled C8 basis.
+
+    Tolerance: each filter entry is a sum of b products, so float32 rounding is bounded by
+    b · eps32 · Σ_b |w_b| |basis_b| (the standard bound for a dot product); checked entry by entry
+    against a float64 reference, the einsum being held to the same bound.
+    """
+    escnn_compat.patch_escnn()
+    from escnn import gspaces
+    from escnn import nn as enn
+
+    gspace = gspaces.rot2dOnR2(8)
+    conv = enn.R2Conv(enn.FieldType(gspace, [gspace.trivial_repr]), enn.FieldType(gspace, 4 * [gspace.regular_repr]),
+                      kernel_size=9)
+    block = next(m for m in conv.basisexpansion.modules() if hasattr(m, "sampled_basis"))
+    basis = block.sampled_basis
+    weights = torch.randn(3, basis.shape[0], generator=torch.Generator().manual_seed(0))
+    reference = torch.einsum("boi...,kb->koi...", basis.double(), weights.double())
+    bound = basis.shape[0] * torch.finfo(torch.float32).eps * torch.einsum(
+        "boi...,kb->koi...", basis.double().abs(), weights.double().abs())
+    ours = escnn_compat.expand_without_copy(block, weights)
+    assert ours.shape == reference.shape
+    assert ((ours.double() - reference).abs() <= bound).all()
+    assert ((torch.einsum("boi...,kb->koi...", basis, weights).double() - reference).abs() <= bound).all()
+    from escnn.nn.modules.basismanager import basisexpansion_singleblock
+
+    assert basisexpansion_singleblock.SingleBlockBasisExpansion.forward is escnn_compat.expand_without_copy
+
+
 BUILD = """
 import json, time
 from pathlib import Path
