@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import pytest
 from canonical_network.utils.config import PROJECT_ROOT
 
 # Deterministic, small: 3 epochs of 12 batches of the CNN on the embedded data.
-RUN_ARGS = ["experiment=rotmnist/cnn", "logger=none", "seed=7", "trainer.deterministic=true",
+RUN_ARGS = ["experiment=rotmnist/cnn", "logger=csv", "seed=7", "trainer.deterministic=true",
             "trainer.max_epochs=3", "trainer.limit_train_batches=12", "trainer.limit_val_batches=2",
             "trainer.limit_test_batches=4", "trainer.enable_progress_bar=false", "callbacks.rich_progress_bar=null"]
 
@@ -54,6 +55,16 @@ def test_sigterm_mid_training_then_resume_matches_uninterrupted_run(tmp_path):
     assert results["epochs"] == expected["epochs"] == 3
     for key, value in expected["metrics"].items():
         assert results["metrics"][key] == pytest.approx(value, abs=1e-6), key
+    # The resumed run's CSV keeps the epochs logged before the kill: the same validation curve, row for row.
+    curve, reference_curve = _val_curve(run_dir), _val_curve(tmp_path / "ref")
+    assert [row[:2] for row in curve] == [row[:2] for row in reference_curve] and len(curve) == 3
+    assert [row[2] for row in curve] == pytest.approx([row[2] for row in reference_curve], abs=1e-6)
+
+
+def _val_curve(run_dir):
+    with open(run_dir / "csv" / "metrics.csv", newline="") as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get("val/acc")]
+    return [(int(row["epoch"]), int(row["step"]), float(row["val/acc"])) for row in rows]
 
 
 @pytest.mark.slow

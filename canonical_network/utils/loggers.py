@@ -1,0 +1,65 @@
+"""A CSV logger that keeps a resumed run's history.
+
+Lightning's ``CSVLogger`` deletes ``metrics.csv`` when its folder is reused, so a run resumed in its own
+folder (the documented resume path, and every Slurm requeue) would keep only the epochs after the resume,
+and reports would draw half a validation curve. :class:`ResumableCSVLogger` keeps the file and drops only
+the rows the resumed run is about to write again: those logged at or after the first step it logs (the
+part of an epoch that was lost with the process, replayed from the last checkpoint).
+"""
+
+from __future__ import annotations
+
+import csv
+from typing import Any
+
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+
+class _ResumingWriter(ExperimentWriter):
+    def __init__(self, log_dir: str, keep_previous: bool) -> None:
+        self._keep_previous = keep_previous
+        self._previous_rows: list[dict[str, str]] | None = None
+        super().__init__(log_dir)
+
+    def _check_log_dir_exists(self) -> None:
+        if not self._keep_previous or not self._fs.isfile(self.metrics_file_path):
+            super()._check_log_dir_exists()
+            return
+        with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
+            reader = csv.DictReader(handle)
+            self._previous_rows = list(reader)
+            self.metrics_keys = sorted(reader.fieldnames or [])
+
+    def log_metrics(self, metrics_dict: dict[str, float], step: int | None = None) -> None:
+        if self._previous_rows is not None and step is not None:
+            kept = [row for row in self._previous_rows if not row.get("step") or int(float(row["step"])) < step]
+            with self._fs.open(self.metrics_file_path, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=self.metrics_keys)
+                writer.writeheader()
+                writer.writerows(kept)
+            self._previous_rows = None
+        super().log_metrics(metrics_dict, step)
+
+
+class ResumableCSVLogger(CSVLogger):
+    """``CSVLogger`` whose ``metrics.csv`` survives a resume in the same folder.
+
+    Args:
+        keep_previous: keep the rows already in ``metrics.csv`` (those before the resumed run's first
+            logged step); ``False`` starts the file over, as Lightning does (``resume=false`` runs).
+        Other arguments: those of :class:`lightning.pytorch.loggers.CSVLogger`.
+    """
+
+    def __init__(self, *args: Any, keep_previous: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._keep_previous = bool(keep_previous)
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _ResumingWriter(self.log_dir, self._keep_previous)
+        return self._experiment
