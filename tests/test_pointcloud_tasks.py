@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 
 import hydra
 import pytest
@@ -21,8 +22,11 @@ from omegaconf import DictConfig
 from torch import nn
 
 from canonical_network import tables
+from canonical_network.canonicalization.identity import IdentityCanonicalizer
 from canonical_network.groups.euclidean import apply_rotation, random_orthogonal, random_rotations
 from canonical_network.prediction.pointnet import feature_transform_regularizer
+from canonical_network.tasks.part_segmentation import PartSegmentationTask
+from canonical_network.tasks.pointcloud_classification import PointCloudClassificationTask
 from canonical_network.train import RESULTS_FILE, run
 from tests.conftest import EXPERIMENTS, compose_config, shrink
 
@@ -116,10 +120,15 @@ def rotation_errors(model: nn.Module, task: str, group: str) -> tuple[torch.Tens
 
 
 # ------------------------------------------------------------------------------------------ invariance
-@pytest.mark.parametrize("group", ["SO3", "O3"])
 @pytest.mark.parametrize(
-    "experiment", ["modelnet/cn_nl_pointnet", "modelnet/cn_nl_dgcnn", "shapenet/cn_nl_pointnet",
-                   "shapenet/cn_nl_dgcnn"]
+    ("experiment", "group"),
+    [
+        *itertools.product(["modelnet/cn_nl_pointnet", "modelnet/cn_nl_dgcnn", "shapenet/cn_nl_pointnet",
+                            "shapenet/cn_nl_dgcnn"], ["SO3", "O3"]),
+        # CN(L) is SO(3) only: its mean-pooled linear frame spans a plane, completed by e₁ × e₂
+        ("modelnet/cn_l_pointnet", "SO3"),
+        ("shapenet/cn_l_dgcnn", "SO3"),
+    ],
 )
 def test_canonicalized_models_are_invariant(experiment, group):
     model = settled_model(experiment, f"canonicalization.group={group}")
@@ -214,8 +223,30 @@ def test_frozen_rows_differ_from_their_learned_row_by_freeze_only():
 
 
 # ------------------------------------------------------------------------------------------------ losses
-def test_classification_loss_adds_pointnets_feature_transform_regulariser():
+def smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, eps: float) -> torch.Tensor:
+    """``(1 − ε) · NLL + ε · mean_c(−log p_c)`` averaged over the rows of ``logits`` ``(N, C)``, written out
+    in float64 (log-softmax by hand) so that it checks torch's ``label_smoothing`` rather than reusing it."""
+    z = logits.double()
+    shifted = z - z.max(dim=1, keepdim=True).values
+    log_p = shifted - shifted.exp().sum(dim=1, keepdim=True).log()
+    nll = -log_p.gather(1, labels.view(-1, 1)).squeeze(1)
+    uniform = -log_p.mean(dim=1)  # the mean over all C logits: ε / C on every class
+    return ((1 - eps) * nll + eps * uniform).mean()
+
+
+def test_smoothed_cross_entropy_by_hand():
+    # A tiny example worked out on paper: logits (0, ln 3) → p = (1/4, 3/4); label 0; ε = 0.2:
+    # 0.8 · ln 4 + 0.2 · (ln 4 + ln(4/3)) / 2.
+    logits, labels = torch.tensor([[0.0, math.log(3.0)]], dtype=torch.float64), torch.tensor([0])
+    by_hand = 0.8 * math.log(4) + 0.2 * (math.log(4) + math.log(4 / 3)) / 2
+    assert smoothed_cross_entropy(logits, labels, 0.2).item() == pytest.approx(by_hand, rel=1e-12)
+    assert F.cross_entropy(logits, labels, label_smoothing=0.2).item() == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_classification_loss_is_label_smoothed_and_adds_pointnets_regulariser():
+    # Paper recipe (DGCNN, the authors' models/pointcloud_classification_models.py): ε = 0.2 by default.
     model = hydra.utils.instantiate(tiny_config("modelnet/pointnet").model).train()
+    assert model.label_smoothing == 0.2
     tnet = model.network.predictor.encoder.feature_tnet
     with torch.no_grad():
         tnet.to_matrix.bias.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(2))  # not orthogonal
@@ -226,17 +257,52 @@ def test_classification_loss_adds_pointnets_feature_transform_regulariser():
     logits = model(points)
     penalty = feature_transform_regularizer(model.network.predictor.last_feature_transform)
     assert penalty > 1.0
-    assert loss.item() == pytest.approx((F.cross_entropy(logits, labels) + 1e-3 * penalty).item(), rel=1e-5)
+    expected = smoothed_cross_entropy(logits, labels, 0.2) + 1e-3 * penalty
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
-def test_segmentation_loss_is_per_point_cross_entropy():
-    model = hydra.utils.instantiate(tiny_config("shapenet/dgcnn").model).eval()  # no regulariser: DGCNN
+@pytest.mark.parametrize("eps", [0.0, 0.2, 0.5])
+def test_classification_loss_matches_the_smoothed_cross_entropy(eps):
+    # Settled batch norms: logits that differ between shapes, so smoothed and plain losses differ clearly.
+    model = settled_model("modelnet/dgcnn", f"model.label_smoothing={eps}")
+    points, labels = synthetic_split("classification", "test")
+    loss = model.training_step((points, labels), 0)  # eval mode: no dropout; DGCNN: no regulariser
+    logits = model(points)
+    plain = F.cross_entropy(logits, labels).item()
+    assert loss.item() == pytest.approx(smoothed_cross_entropy(logits, labels, eps).item(), rel=1e-5)
+    if eps == 0.0:
+        assert loss.item() == pytest.approx(plain, rel=1e-6)
+    else:
+        assert abs(loss.item() - plain) > 1e-2 * plain  # not silently plain cross-entropy
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.2])
+def test_segmentation_loss_is_per_point_smoothed_cross_entropy_over_all_parts(eps):
+    cfg = tiny_config("shapenet/dgcnn", f"model.label_smoothing={eps}")
+    model = hydra.utils.instantiate(cfg.model).eval()  # no regulariser: DGCNN
     points, category, labels = synthetic_split("segmentation", "val")
     loss = model.training_step((points, category, labels), 0)
     logits = model(points, category)
-    assert logits.shape == (*labels.shape, 20)
-    expected = F.cross_entropy(logits.reshape(-1, 20), labels.flatten())
+    num_parts = cfg.data_info.num_parts
+    assert logits.shape == (*labels.shape, num_parts) and num_parts == 20
+    # ε spread over all num_parts logits (ε / 20 each here, ε / 50 on ShapeNet), not over 16 categories
+    expected = smoothed_cross_entropy(logits.reshape(-1, num_parts), labels.flatten(), eps)
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    if eps == 0.0:
+        plain = F.cross_entropy(logits.reshape(-1, num_parts), labels.flatten())
+        assert loss.item() == pytest.approx(plain.item(), rel=1e-6)
+
+
+def test_label_smoothing_defaults_follow_the_reference_recipe():
+    for experiment in ("modelnet/cn_l_pointnet", "shapenet/cn_l_dgcnn"):
+        assert compose_config([f"experiment={experiment}"]).model.label_smoothing == 0.2
+
+
+@pytest.mark.parametrize("eps", [-0.1, 1.0, 1.5, True, "0.2"])
+@pytest.mark.parametrize("task", [PointCloudClassificationTask, PartSegmentationTask])
+def test_label_smoothing_is_validated(task, eps):
+    with pytest.raises(ValueError, match="model.label_smoothing"):
+        task(IdentityCanonicalizer(), nn.Identity(), optimizer=None, label_smoothing=eps)
 
 
 # -------------------------------------------------------------------------------------------- end to end

@@ -2,39 +2,49 @@
 Gram–Schmidt → a rotation per cloud.
 
 The cloud ``(B, P, 3)`` is centred on its centroid (so ``h`` is translation invariant, as §4.1 requires of
-``h^O``) and turned into a few VN channels per point, by one of two input stages:
+``h^O``) and turned into a few VN channels by one of two input stages (``input``):
 
-* ``k=None`` (default) — **pointwise**: per point ``i`` the channels ``[x_i, D x_i]``, plus ``x_i × D x_i``
-  for SO(3), where ``D`` is the traceless part of the cloud's second-moment matrix
-  ``M = (1/P) Σ_j x_j x_jᵀ`` (:func:`second_moment_channels`): ``M x_i = (1/P) Σ_j ⟨x_j, x_i⟩ x_j`` is the
-  mean of all points weighted by their (invariant) dot products with ``x_i``. Why the second channel: a
-  pointwise VN layer on ``x_i`` alone can only rescale ``x_i`` (every channel stays parallel to it), and
-  pooled vectors would be radially weighted means of the points, nearly parallel and nearly cancelling: no
-  frame. ``D x_i`` brings in the shape of the whole cloud at ``O(P)`` cost, where kNN edges cost ``O(P²)``
-  distances and ``k`` times the features; the canonicalizer then costs a few per cent of PointNet
-  (``scripts/benchmark_pointcloud_inference.py``), which is the paper's point (Table 5: its overhead is
-  "negligible");
-* ``k=<int>`` — **edges**, after the authors' public code (DGCNN-style edge features): over the ``k``
-  nearest neighbours (:func:`~canonical_network.nn.knn.graph_feature`) ``[x_j − x_i, x_i]``, plus
-  ``x_j × x_i`` for SO(3), pooled over the neighbours after the first VN layer. Several times the cost of
-  PointNet itself on a CPU.
+* ``input="edges"`` (default) — **the paper's input**, as in the authors' code
+  (``models/pointcloud_networks.py:172-207``, ``VNSmall``, and ``get_graph_feature_cross`` in
+  ``utils.py:140-164`` of oumarkaba/canonical_network): DGCNN-style edge features over the ``k`` nearest
+  neighbours ``j`` of each point ``i`` (:func:`~canonical_network.nn.knn.graph_feature`, the point itself
+  included), ``[x_j − x_i, x_i]`` plus ``x_j × x_i`` for SO(3): ``(B, 2|3, 3, P, k)``. ``k`` = 20 for
+  ModelNet40 and 40 for ShapeNet-part (the authors' ``--n_knn`` defaults, ``train_modelnet.py`` and
+  ``train_shapenet.py``). ``O(P²)`` distances;
+* ``input="pointwise"`` — **our own fast variant**, not the paper's: per point ``i`` the channels
+  ``[x_i, D x_i]``, plus ``x_i × D x_i`` for SO(3), where ``D`` is the traceless part of the cloud's
+  second-moment matrix (:func:`second_moment_channels`). ``D x_i`` brings in the shape of the whole cloud
+  at ``O(P)`` cost (a few per cent of PointNet, ``scripts/benchmark_pointcloud_inference.py``). ``k`` is
+  ignored. Only with ``layers="nonlinear"`` (see below).
 
 ``x × y`` is a pseudo-vector: it gives the network a third, out-of-plane direction but flips under
-reflections, so it is dropped for ``group="O3"``. Then:
+reflections, so it is dropped for ``group="O3"``. Each input channel is then divided by its mean norm over
+the cloud (:func:`balance_channels`, kept for both variants, see there). Then:
 
-* each input channel is divided by its mean norm over the cloud (:func:`balance_channels`, why: see there);
-* ``layers="linear"`` — CN(L): **one** VN layer (``VNLinear`` → ``VNBatchNorm`` → VN leaky ReLU, to
-  ``hidden_dim`` channels), then a ``VNLinear`` read-out to 3 channels pooled over the points. The layer's
-  own non-linearity is kept on purpose: a bare linear map followed by mean pooling collapses to a linear
-  function of the pooled inputs (the centred-position channel pools to zero, and so does ``D x_i``), too
-  few for a frame. The read-out is linear, so it commutes with mean pooling; mapping straight to
-  3 channels instead (the authors' variant) leaves a freshly initialised O(3) network with a
-  rank-deficient frame for about half of the seeds, because a VN non-linearity whose ``⟨q, k⟩`` never
-  changes sign is linear;
-* ``layers="nonlinear"`` — CN(NL): the same first layer, a second, pointwise VN layer, the same read-out;
+* ``layers="linear"`` — **CN(L)**, "a single linear layer of Vector Neurons followed by pooling" (§5.3):
+  one bias-free ``VNLinear`` from the edge channels straight to the 3 frame vectors, pooled over the
+  neighbours and then over the points. No non-linearity and no normalisation anywhere: with mean pooling
+  (the default) the frame vectors are a linear function of the (balanced) edge features,
+  ``v = W · mean_{i, j∈N(i)} e_ij``. The authors' ``VNSmall`` is ``VNLinear(3 → 4)`` → mean over the
+  neighbours → ``nn.Dropout(0.5)`` → mean over the points; its fourth vector (a "translation") is never
+  used (``pointcloud_classification_models.py:262-267,305``), so ``VNLinear(3 → 3)`` is the same map. Not
+  copied: their dropout, which zeroes single coordinates of VN vectors and so breaks equivariance while
+  training, and which the paper does not mention. With centred clouds the ``x_i`` channel pools to zero,
+  so the three vectors span (at most) the plane of the pooled offsets and cross products: enough for
+  ``group="SO3"``, whose ``e₃ = e₁ × e₂``, but no frame for ``group="O3"`` (which needs three independent
+  vectors, and has no cross-product channel): that combination is rejected with mean pooling. Likewise
+  ``input="pointwise"``: every pointwise channel mean-pools to zero (``Σ x_i = 0``, hence ``Σ D x_i = 0``,
+  and ``Σ x_i × D x_i = 0`` because ``D`` commutes with ``Σ x_i x_iᵀ``), so a linear map of them gives no
+  frame and that combination is rejected too. ``hidden_dim``, ``negative_slope`` and ``batch_norm`` do not
+  apply;
+* ``layers="nonlinear"`` — **CN(NL)**: a VN layer (``VNLinear`` → ``VNBatchNorm`` → VN leaky ReLU, to
+  ``hidden_dim`` channels; with edges, pooled over the neighbours), a second, pointwise VN layer, and a
+  ``VNLinear`` read-out to 3 channels pooled over the points;
 * the three pooled vectors are orthonormalised by :func:`~canonical_network.groups.euclidean.gram_schmidt`:
   ``group="SO3"`` (default) takes ``e₃ = e₁ × e₂`` so ``R`` is a proper rotation and canonical clouds are
-  never mirror images; ``group="O3"`` is the reflection-equivariant variant.
+  never mirror images; ``group="O3"`` is the reflection-equivariant variant (the authors' Gram–Schmidt
+  takes ``e₃`` from the third vector, which with their ``VNSmall`` is decided, at evaluation, by the clouds'
+  small centroid offsets only).
 
 Only the rotation is canonicalized: ModelNet40/ShapeNet clouds are centred by the data pipeline and the
 protocols (z/z, z/SO(3), SO(3)/SO(3)) rotate about the origin. :meth:`canonicalize` therefore maps the
@@ -50,9 +60,9 @@ third pooled vector is decided by sampling noise); most real and synthetic objec
 which is one more reason for the SO(3) default. The kNN graph is not continuous: when two candidate
 neighbours tie for the k-th place to within float32 rounding (~1e-7), the rounding of the rotated
 coordinates can swap them, and ``h`` jumps (by up to ~0.1 with P = 96, k = 8 — seen once in ~2000 random
-clouds). Mean pooling of many nearly cancelling vectors also makes an untrained frame sensitive to rounding
-(errors ~1e-5, at worst a few 1e-4 for badly conditioned frames); VN max pooling selects actual vectors
-and is better conditioned.
+clouds). Mean pooling of many nearly cancelling vectors also makes a frame sensitive to rounding (errors
+~1e-5, at worst a few 1e-4 for badly conditioned frames); VN max pooling selects actual vectors and is
+better conditioned.
 """
 
 from __future__ import annotations
@@ -72,27 +82,22 @@ from canonical_network.nn.vector_neurons import (
     vn_mean_pool,
     vn_norms,
 )
+from canonical_network.utils.checks import check_choice, check_int_range
 
 LAYERS = ("linear", "nonlinear")
+INPUTS = ("edges", "pointwise")
 POOLINGS = ("mean", "max")
 GROUPS = ("SO3", "O3")
-
-
-def _check_choice(key: str, value: object, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{key} must be one of {list(choices)}, got {value!r}")
-    return str(value)
-
-
-def _check_int(key: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{key} must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 def second_moment_channels(centred: torch.Tensor, cross: bool) -> torch.Tensor:
     """Pointwise VN input ``(B, 2|3, 3, P)``: ``[x_i, D x_i(, x_i × D x_i)]`` from centred points
     ``(B, P, 3)``, with ``D`` the traceless part of the second-moment matrix ``M = (1/P) Σ_j x_j x_jᵀ``.
+
+    ``M x_i = (1/P) Σ_j ⟨x_j, x_i⟩ x_j`` is the mean of all points weighted by their (invariant) dot
+    products with ``x_i``. Why a second channel: a pointwise VN layer on ``x_i`` alone can only rescale
+    ``x_i`` (every channel stays parallel to it), and pooled vectors would be radially weighted means of the
+    points, nearly parallel and nearly cancelling: no frame.
 
     ``M`` (hence ``D``) becomes ``Q M Qᵀ`` when the points become ``x Qᵀ``, so ``D x_i`` rotates with ``x_i``
     (O(3)); the cross product is SO(3)-equivariant only. Permutation-equivariant.
@@ -118,20 +123,34 @@ def second_moment_channels(centred: torch.Tensor, cross: bool) -> torch.Tensor:
     return torch.stack(channels, dim=1).transpose(2, 3).to(centred.dtype)
 
 
-def balance_channels(x: torch.Tensor) -> torch.Tensor:
-    """Divide each VN channel of ``(B, C, 3, *S)`` by its mean vector norm over ``S``, per sample.
+def channel_scales(x: torch.Tensor) -> torch.Tensor:
+    """Per sample and channel, the mean vector norm of ``(B, C, 3, *S)`` over ``S``: ``(B, C)``, > 0 and
+    O(3)-invariant (norms are)."""
+    return vn_norms(x).flatten(2).mean(dim=-1).clamp_min(VN_EPS)
 
-    Why: the centre channel ``x_i`` is several times longer than the neighbour offsets ``x_j − x_i`` (and
-    ``D x_i`` scales with the squared radius times ``x_i``), so the sign of ``⟨q, k⟩`` in the first VN
-    non-linearity is decided by one channel alone for almost every element. The layer is then nearly
-    linear, and mean pooling a linear function of centred points cancels to a few pooled vectors that are
-    tiny, nearly parallel, or rank-deficient: frames that float32 rounding can flip. With the channels
-    balanced the non-linearity is active, and ``h`` also becomes invariant to the scale of the cloud. The
-    scale is an invariant per-sample scalar, so equivariance is untouched.
+
+def balance_channels(x: torch.Tensor) -> torch.Tensor:
+    """Divide each VN channel of ``(B, C, 3, *S)`` by its mean vector norm over ``S`` (:func:`channel_scales`),
+    per sample.
+
+    What it is: a positive scalar per (sample, channel), a function of invariant norms only, so
+    equivariance is untouched; it has no parameters, and every layer after it sees each channel of a sample
+    scaled by one number. It is kept for both CN(L) and CN(NL); for CN(L) the learned map stays linear in the
+    balanced features (``v = W · mean(e_c / s_c)``) and ``h`` as a whole becomes invariant to the scale of
+    each input channel, hence of the cloud.
+
+    Why: the channels have different units and sizes — the centre ``x_i`` (cloud radius) is several times
+    longer than the neighbour offsets ``x_j − x_i`` (neighbourhood size), the cross products scale with the
+    product of the two, and ``D x_i`` with the cube of the radius. Without balancing, CN(NL)'s first VN
+    non-linearity has the sign of ``⟨q, k⟩`` decided by one channel alone for almost every element, so the
+    layer is nearly linear, and mean pooling a linear function of centred points cancels to a few pooled
+    vectors that are tiny, nearly parallel, or rank-deficient: frames that float32 rounding can flip. For
+    CN(L), the mix of offsets and cross products in each frame vector would change with the size of the
+    cloud (a rescaled copy — the data's per-axis scale jitter — would get another frame), which one weight
+    matrix cannot undo.
     """
-    scale = vn_norms(x).flatten(2).mean(dim=-1)  # (B, C)
-    scale = scale.clamp_min(VN_EPS).view(*scale.shape, *([1] * (x.dim() - 2)))
-    return x / scale
+    scale = channel_scales(x)
+    return x / scale.view(*scale.shape, *([1] * (x.dim() - 2)))
 
 
 class VNPointCloudCanonicalizer(Canonicalizer):
@@ -139,16 +158,17 @@ class VNPointCloudCanonicalizer(Canonicalizer):
 
     Args:
         layers: "linear" for CN(L), "nonlinear" for CN(NL) (see the module docstring).
-        hidden_dim: VN channels of the hidden layers (both variants). Default 8: ``h`` only has to produce
-            three vectors, and 8 channels keep CN(NL) at ~2 % of PointNet's CPU inference time (21 = 64 // 3,
-            the VN width of DGCNN's first layer, costs ~7 %; one thread, batch 32 × 1,024 points).
-        k: ``None`` (default): pointwise input (second-moment context, no neighbours, ``O(P)``); an int:
-            kNN edge features over ``k`` neighbours (DGCNN uses 20, Wang et al. 2019; clouds with fewer
-            points use all of them), the authors' variant, ``O(P²)``.
-        pooling: "mean" or VN "max" (learned direction) over points (and over neighbours with ``k``).
+        input: "edges" (the paper's kNN edge features, ``O(P²)``) or "pointwise" (our second-moment
+            context, ``O(P)``, ``layers="nonlinear"`` only).
+        k: neighbours of the edge input (paper rows: 20 for ModelNet40, 40 for ShapeNet-part; clouds with
+            fewer points use all of them). Ignored with ``input="pointwise"``.
+        hidden_dim: VN channels of CN(NL)'s hidden layers. Default 8: ``h`` only has to produce three
+            vectors. Unused by CN(L), which maps the input channels straight to the three frame vectors.
+        pooling: "mean" or VN "max" (learned direction) over the neighbours and the points. With "max",
+            CN(L) is piecewise linear (the selection is not).
         group: "SO3" (proper rotations, the paper's setting) or "O3".
-        negative_slope: of the VN leaky ReLUs (Deng et al. 2021 use 0.2).
-        batch_norm: VN batch norm in each VN layer.
+        negative_slope: of CN(NL)'s VN leaky ReLUs (Deng et al. 2021 use 0.2).
+        batch_norm: VN batch norm in each of CN(NL)'s VN layers.
         freeze: keep the initial weights, the "CN(frozen)" rows.
 
     Equivariance: ``h(points Qᵀ + s) = Q h(points)`` for ``Q`` in ``group`` and any translation ``s``;
@@ -158,8 +178,9 @@ class VNPointCloudCanonicalizer(Canonicalizer):
     def __init__(
         self,
         layers: str = "nonlinear",
+        input: str = "edges",  # the config key canonicalization.input
+        k: int | None = 20,
         hidden_dim: int = 8,
-        k: int | None = None,
         pooling: str = "mean",
         group: str = "SO3",
         negative_slope: float = 0.2,
@@ -167,13 +188,36 @@ class VNPointCloudCanonicalizer(Canonicalizer):
         freeze: bool = False,
     ) -> None:
         super().__init__(freeze=freeze)
-        self.layers = _check_choice("layers", layers, LAYERS)
-        self.pooling = _check_choice("pooling", pooling, POOLINGS)
-        self.group = _check_choice("group", group, GROUPS)
-        self.hidden_dim = _check_int("hidden_dim", hidden_dim, 1)
-        self.k = None if k is None else _check_int("k", k, 1)
+        self.layers = check_choice("canonicalization.layers", layers, LAYERS)
+        self.input = check_choice("canonicalization.input", input, INPUTS)
+        self.pooling = check_choice("canonicalization.pooling", pooling, POOLINGS)
+        self.group = check_choice("canonicalization.group", group, GROUPS)
+        self.hidden_dim = check_int_range("canonicalization.hidden_dim", hidden_dim, low=1)
+        if self.input == "edges":
+            if k is None:
+                raise ValueError(
+                    "canonicalization.k must be an integer in [1, inf] with canonicalization.input=edges; "
+                    "got None (k: null used to select the pointwise input, now canonicalization.input=pointwise)"
+                )
+            self.k: int | None = check_int_range("canonicalization.k", k, low=1)
+        else:
+            self.k = None  # the pointwise input has no neighbours
         if isinstance(negative_slope, bool) or not 0.0 <= float(negative_slope) < 1.0:
-            raise ValueError(f"negative_slope must be a number in [0, 1), got {negative_slope!r}")
+            raise ValueError(
+                f"canonicalization.negative_slope must be a number in [0, 1); got {negative_slope!r}"
+            )
+        if self.layers == "linear" and self.input == "pointwise":
+            raise ValueError(
+                "canonicalization.layers=linear needs canonicalization.input=edges (the paper's CN(L)): a "
+                "linear map of the pointwise channels mean-pools to zero; use canonicalization.input=pointwise "
+                "with canonicalization.layers=nonlinear"
+            )
+        if self.layers == "linear" and self.group == "O3" and self.pooling == "mean":
+            raise ValueError(
+                "canonicalization.layers=linear with canonicalization.pooling=mean needs "
+                "canonicalization.group=SO3: the mean-pooled linear frame spans at most a plane, and O3 has no "
+                "cross product to complete it; use group=SO3, pooling=max or layers=nonlinear"
+            )
         self.group_name = "SO(3)" if self.group == "SO3" else "O(3)"
         self.cross = self.group == "SO3"
         in_channels = 3 if self.cross else 2
@@ -184,32 +228,50 @@ class VNPointCloudCanonicalizer(Canonicalizer):
         def pool(channels: int) -> nn.Module:
             return VNMaxPool(channels) if self.pooling == "max" else VNMeanPool(-1)
 
-        self.input_layer = block(in_channels, hidden_dim)
-        hidden = [] if self.layers == "linear" else [block(hidden_dim, hidden_dim)]
-        self.point_layers = nn.Sequential(*hidden)
-        self.read_out = VNLinear(hidden_dim, 3)
-        self.neighbour_pool = None if self.k is None else pool(hidden_dim)
+        if self.layers == "linear":
+            # CN(L): the one linear VN layer, straight to the three frame vectors; pooling follows.
+            self.input_layer: nn.Module = VNLinear(in_channels, 3)
+            self.point_layers = nn.Sequential()
+            self.read_out: nn.Module = nn.Identity()
+            width = 3
+        else:
+            self.input_layer = block(in_channels, hidden_dim)
+            self.point_layers = nn.Sequential(block(hidden_dim, hidden_dim))
+            self.read_out = VNLinear(hidden_dim, 3)
+            width = hidden_dim
+        self.neighbour_pool = pool(width) if self.input == "edges" else None
         self.point_pool = pool(3)
         self.finish_init()
 
-    def frame_vectors(self, points: torch.Tensor) -> torch.Tensor:
-        """The three pooled equivariant vectors ``(B, 3, 3)`` (rows are vectors) before Gram–Schmidt."""
+    def input_features(self, points: torch.Tensor) -> torch.Tensor:
+        """The balanced input channels of the centred cloud: ``(B, 2|3, 3, P, k)`` edges or
+        ``(B, 2|3, 3, P)`` pointwise."""
         if points.dim() != 3 or points.shape[-1] != 3:
             raise ValueError(f"points must have shape (B, P, 3), got {tuple(points.shape)}")
         centred = points - points.mean(dim=1, keepdim=True)
-        if self.k is None:
-            features = self.input_layer(balance_channels(second_moment_channels(centred, self.cross)))
+        if self.input == "pointwise":
+            return balance_channels(second_moment_channels(centred, self.cross))
+        x = centred.transpose(1, 2).unsqueeze(1)  # (B, 1, 3, P)
+        k = min(self.k, points.shape[1])  # type: ignore[type-var]
+        # EXACT distances: the kNN graph of a rotated cloud must be the same graph.
+        return balance_channels(graph_feature(x, k, cross=self.cross, compute_mode=EXACT))
+
+    def frame_from_features(self, features: torch.Tensor) -> torch.Tensor:
+        """The learned part of ``h``: input features (:meth:`input_features`) → the three pooled vectors
+        ``(B, 3, 3)`` (rows are vectors). For CN(L) with mean pooling, a linear map of ``features``."""
+        if self.neighbour_pool is not None:
+            features = self.neighbour_pool(self.input_layer(features))  # (B, C, 3, P, k) → (B, C, 3, P)
         else:
-            x = centred.transpose(1, 2).unsqueeze(1)  # (B, 1, 3, P)
-            k = min(self.k, points.shape[1])
-            # EXACT distances: the kNN graph of a rotated cloud must be the same graph.
-            edges = graph_feature(x, k, cross=self.cross, compute_mode=EXACT)  # (B, 2|3, 3, P, k)
-            features = self.neighbour_pool(self.input_layer(balance_channels(edges)))
+            features = self.input_layer(features)
         features = self.point_layers(features)  # (B, C, 3, P)
         if self.pooling == "mean":
             # The read-out is linear, so it commutes with the mean: pooling first is P times less work.
             return self.read_out(vn_mean_pool(features))  # (B, 3, 3)
         return self.point_pool(self.read_out(features))  # (B, 3, 3, P) → (B, 3, 3)
+
+    def frame_vectors(self, points: torch.Tensor) -> torch.Tensor:
+        """The three pooled equivariant vectors ``(B, 3, 3)`` (rows are vectors) before Gram–Schmidt."""
+        return self.frame_from_features(self.input_features(points))
 
     def group_element(self, points: torch.Tensor) -> torch.Tensor:
         """``h(points) = R`` ``(B, 3, 3)``; its columns are the learned frame axes."""
@@ -229,9 +291,11 @@ class VNPointCloudCanonicalizer(Canonicalizer):
 
 __all__ = [
     "GROUPS",
+    "INPUTS",
     "LAYERS",
     "POOLINGS",
     "VNPointCloudCanonicalizer",
     "balance_channels",
+    "channel_scales",
     "second_moment_channels",
 ]
