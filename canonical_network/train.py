@@ -19,6 +19,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from canonical_network.utils.checks import check_choice
 from canonical_network.utils.config import CONFIG_DIR, PROJECT_ROOT
 from canonical_network.utils.slurm import install_sacct_fallback
 
@@ -28,6 +29,7 @@ install_sacct_fallback()
 log = logging.getLogger("canonical_network.train")
 
 RESULTS_FILE = "results.json"
+TEST_CKPTS = ("best", "last")
 
 
 def _set_local_dirs(output_dir: Path) -> None:
@@ -121,6 +123,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
     start = time.time()
+    test_ckpt = check_choice("test_ckpt", cfg.get("test_ckpt", "best"), TEST_CKPTS)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     _set_local_dirs(output_dir)
@@ -145,6 +148,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     trainer.fit(model, datamodule=datamodule, ckpt_path=resumed_from)
 
     best_path = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    if test_ckpt == "last":
+        best_path = ""  # the model holds the final weights: test them as they are
     tested_on = best_path or "final weights"
     test_metrics: dict[str, float] = {}
     if cfg.get("test", True):

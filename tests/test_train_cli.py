@@ -56,3 +56,12 @@ def test_in_process_run_resumes_from_last_checkpoint(tmp_path):
     assert second["resumed_from"] == str(tmp_path / "checkpoints" / "last.ckpt")
     assert second["epochs"] == 2
     assert (tmp_path / RESULTS_FILE).is_file()
+
+
+def test_test_ckpt_chooses_best_or_final_weights(tmp_path):
+    best = run(shrink(compose_config(["experiment=rotmnist/cnn"], tmp_path / "best")))
+    assert best["checkpoint"].endswith(".ckpt") and "/checkpoints/epoch_" in best["checkpoint"]
+    last = run(shrink(compose_config(["experiment=rotmnist/cnn", "test_ckpt=last"], tmp_path / "last")))
+    assert last["checkpoint"] == "final weights" and "test/error" in last["metrics"]
+    with pytest.raises(ValueError, match=r"test_ckpt must be one of \['best', 'last'\]; got 'final'"):
+        run(shrink(compose_config(["experiment=rotmnist/cnn", "test_ckpt=final"], tmp_path / "bad")))
