@@ -9,7 +9,7 @@ TRAIN_EXPERIMENT ?= rotmnist/cn_p16
 TRAIN_EPOCHS ?= 12
 ARGS ?=
 
-.PHONY: help install system-deps train test test-full lint clean
+.PHONY: help install system-deps train test test-full lint clean constraints
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -26,12 +26,14 @@ system-deps:  ## gfortran, needed to build escnn's dependency py3nj
 	  fi; \
 	fi
 
-# The env is rebuilt when pyproject.toml changes (the stamp is older) or when it is missing.
-$(STAMP): pyproject.toml
+# The env is rebuilt when pyproject.toml or constraints.txt changes (the stamp is older) or when it is missing.
+# constraints.txt pins the exact tested stack, so `make train` / `make test` install what CI tested;
+# `pip install -e .` without it resolves pyproject.toml's ranges in an existing environment.
+$(STAMP): pyproject.toml constraints.txt
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install the package with its dev tools
@@ -47,6 +49,10 @@ test-full: $(STAMP)  ## every test, the slow ones included
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check canonical_network tests scripts
+
+constraints: $(STAMP)  ## rewrite constraints.txt from the installed env (after changing a dependency)
+	@{ head -3 constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^canonical'; } > constraints.txt.new
+	@mv constraints.txt.new constraints.txt && echo "constraints.txt: $$(grep -vc '^#' constraints.txt) pins"
 
 clean:  ## remove the env and caches (outputs/ and data/ are kept)
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,39 @@
+"""``hydra/launcher=local``: submitit's local executor, with at most ``max_jobs`` jobs running at once.
+
+hydra-submitit-launcher's ``LocalLauncher`` hands every job of a sweep to submitit at once, and submitit's
+local executor starts them all: an 18-job table on a 2-core machine is 18 training processes (16 GB
+resident here). :class:`BoundedLocalLauncher` keeps the same code path (each job is a submitit local job,
+as on Slurm) but runs them as a rolling pool: ``max_jobs`` at a time (default: the machine's cores), the
+next one starting when one ends, results returned in job order.
+
+It lives in the ``hydra_plugins`` namespace because Hydra instantiates launchers from there only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from hydra.core.utils import JobReturn
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
+
+
+class BoundedLocalLauncher(LocalLauncher):
+    """Args: ``max_jobs`` (null: ``os.cpu_count()``), then those of hydra-submitit-launcher's local launcher."""
+
+    def __init__(self, max_jobs: int | None = None, **params: Any) -> None:
+        if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
+            raise ValueError(f"hydra.launcher.max_jobs must be null or an integer >= 1; got {max_jobs!r}")
+        super().__init__(**params)
+        self.max_jobs = max_jobs or os.cpu_count() or 1
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        # One submitit job per call of the parent's launch; each call blocks until its job ends, so a pool
+        # of max_jobs threads keeps at most max_jobs jobs running.
+        def one(index: int) -> JobReturn:
+            return super(BoundedLocalLauncher, self).launch([job_overrides[index]], initial_job_idx + index)[0]
+
+        with ThreadPoolExecutor(max_workers=min(self.max_jobs, len(job_overrides))) as pool:
+            return list(pool.map(one, range(len(job_overrides))))

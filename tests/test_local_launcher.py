@@ -1,0 +1,49 @@
+"""hydra/launcher=local runs a sweep's jobs at most max_jobs at a time, each as a submitit local job."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+
+import pytest
+
+from canonical_network.utils.config import PROJECT_ROOT
+from hydra_plugins.canonical_network_launcher import BoundedLocalLauncher
+
+
+def _interval(train_log):
+    stamps = [line[1:24] for line in train_log.read_text().splitlines() if line.startswith("[20")]
+    return datetime.fromisoformat(stamps[0].replace(",", ".")), datetime.fromisoformat(stamps[-1].replace(",", "."))
+
+
+def _max_overlap(intervals):
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def test_six_job_sweep_runs_at_most_max_jobs_at_once(tmp_path):
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "canonical_network.train", "-m", "hydra/launcher=local", "hydra.launcher.max_jobs=2",
+           "experiment=rotmnist/cnn", "seed=0,1,2,3,4,5", "debug=fast", "logger=none", "model.orbit_rotations=0",
+           f"hydra.sweep.dir={sweep}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = sorted(sweep.glob("*/results.json"))
+    assert len(results) == 6
+    assert sorted(json.loads(p.read_text())["seed"] for p in results) == [0, 1, 2, 3, 4, 5]
+    intervals = [_interval(p.parent / "train.log") for p in results]
+    # Never more than 2 at once; and the pool does run 2 together (the jobs overlap).
+    assert _max_overlap(intervals) == 2
+
+
+def test_max_jobs_is_checked():
+    with pytest.raises(ValueError, match=r"hydra.launcher.max_jobs must be null or an integer >= 1; got 0"):
+        BoundedLocalLauncher(max_jobs=0)
