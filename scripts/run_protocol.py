@@ -8,6 +8,9 @@ of a sweep at once, at most ``--jobs`` processes run together, each limited to `
     python scripts/run_protocol.py --out outputs/reproduction/rotmnist --jobs 2 --seeds 0 1 2 \\
         --experiments rotmnist/cnn rotmnist/cn_p64 rotmnist/cn_pretrained -- trainer.max_epochs=100 logger=csv
 
+Ablations: ``--variant NAME`` puts the jobs in ``<out>/<experiment>/NAME/seed<k>``, so variants of a row
+(``-- canonicalization.hidden_channels=16``) never share a folder with the row itself.
+
 ``rotmnist/cn_pretrained`` is given the tested checkpoint of the ``rotmnist/cn_p64`` job of the same seed
 (which therefore runs first). The command of every job is appended to ``<out>/commands.log``.
 """
@@ -28,8 +31,11 @@ from pathlib import Path
 DEPENDS_ON = {"rotmnist/cn_pretrained": ("rotmnist/cn_p64", "canonicalization.checkpoint")}
 
 
+VARIANT = ""  # set from --variant
+
+
 def job_dir(out: Path, experiment: str, seed: int) -> Path:
-    return out / experiment / f"seed{seed}"
+    return out / experiment / VARIANT / f"seed{seed}" if VARIANT else out / experiment / f"seed{seed}"
 
 
 def completed(run_dir: Path) -> dict | None:
@@ -82,10 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=1, help="jobs at once (default 1)")
     parser.add_argument("--threads", type=int, default=None, help="threads per job (default: cores / jobs)")
+    parser.add_argument("--variant", default="", help="subfolder name for an ablation (see above)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every job (after --)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.variant and not args.variant.replace("_", "").replace("-", "").replace(".", "").isalnum():
+        parser.error(f"--variant must be a plain folder name (letters, digits, _ - .), got {args.variant!r}")
+    global VARIANT
+    VARIANT = args.variant
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     args.out.mkdir(parents=True, exist_ok=True)
     # Seeds outer, so every row has a first seed before any row has a third; the sources of dependencies

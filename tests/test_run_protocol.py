@@ -58,3 +58,15 @@ def test_collect_copies_only_the_records_of_completed_runs(tmp_path):
     assert copied == [tmp_path / "dst" / "a" / "seed0"]
     assert sorted(str(p.relative_to(tmp_path / "dst")) for p in (tmp_path / "dst").rglob("*") if p.is_file()) == [
         "a/seed0/csv/metrics.csv", "a/seed0/results.json"]
+
+
+def test_variants_get_their_own_folders(tmp_path, monkeypatch):
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    import run_protocol
+
+    assert run_protocol.job_dir(tmp_path, "rotmnist/cn_p64", 2) == tmp_path / "rotmnist" / "cn_p64" / "seed2"
+    monkeypatch.setattr(run_protocol, "VARIANT", "h16")
+    assert run_protocol.job_dir(tmp_path, "rotmnist/cn_p64", 2) == tmp_path / "rotmnist" / "cn_p64" / "h16" / "seed2"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--variant", "../x",
+                           "--experiments", "rotmnist/cnn"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--variant must be a plain folder name" in proc.stderr
