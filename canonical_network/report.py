@@ -407,19 +407,26 @@ def _headline_metric(metrics: dict) -> str:
 
 
 def render_runs(runs: list[dict], root: Path) -> list[str]:
-    lines = ["| Run | experiment | seed | status | data | epochs | wall time | machine |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| Run | experiment | seed | status | data | epochs | training time | machine |", "|---|---|---|---|---|---|---|---|"]
     for run in sorted(runs, key=lambda r: (str(r.get("experiment")), str(r.get("path")))):
         path = Path(run["path"]).parent
         try:
             shown = path.resolve().relative_to(root.resolve())
         except ValueError:
             shown = path
-        wall = run.get("wall_time_s")
+        wall = run_time_s(run)
         machine = run.get("environment.machine") or "not recorded"
         lines.append(f"| `{shown}` | {run.get('experiment')} | {run.get('seed')} | {run.get('status')} | "
                      f"{dataset_of(run)[0]} | {'–' if run.get('epochs') is None else int(run['epochs']) + 1} | "
                      f"{'–' if wall is None else f'{float(wall) / 60:.1f} min'} | {machine} |")
     return lines
+
+
+def run_time_s(run: dict) -> float | None:
+    """Fitting time over all the processes of a run (``fit_time_s``, resumes included), else the last
+    process's wall time (older records)."""
+    value = run.get("fit_time_s") or run.get("wall_time_s")
+    return None if value is None else float(value)
 
 
 def command_of(run: dict) -> str:
@@ -438,7 +445,7 @@ def build_report(folders: list[Path], out: Path) -> Path:
     row_runs = [r for r in runs if not variant_of(r)]
     variants = [r for r in runs if variant_of(r)]
     completed = [r for r in runs if r.get("status") == "completed"]
-    total_wall = sum(float(r.get("wall_time_s") or 0.0) for r in runs)
+    total_wall = sum(run_time_s(r) or 0.0 for r in runs)
     lines = [
         "# Reproduction report",
         "",

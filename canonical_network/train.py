@@ -157,6 +157,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         test_metrics = {k: _to_float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
 
     best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
+    clock = next((cb for cb in callbacks if type(cb).__name__ == "FitClock"), None)
     results = {
         "experiment": cfg.get("experiment_name"),
         "status": "completed",
@@ -169,6 +170,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "checkpoint": tested_on,
         "resumed_from": resumed_from,
         "wall_time_s": round(time.time() - start, 2),
+        "fit_time_s": round(clock.total_s, 2) if clock is not None else None,
         "environment": environment(trainer),
         "tags": list(cfg.get("tags") or []),
         "run_dir": str(output_dir),

@@ -55,6 +55,7 @@ def test_in_process_run_resumes_from_last_checkpoint(tmp_path):
     second = run(cfg)  # same run folder: continues from last.ckpt, trains one more epoch only
     assert second["resumed_from"] == str(tmp_path / "checkpoints" / "last.ckpt")
     assert second["epochs"] == 2
+    assert second["fit_time_s"] > first["fit_time_s"] > 0  # the resumed run adds to the first one's time
     assert (tmp_path / RESULTS_FILE).is_file()
 
 

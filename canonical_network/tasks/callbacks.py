@@ -106,3 +106,35 @@ class RNGStateCheckpoint(Callback):
         torch.set_rng_state(state_dict["torch"])
         if "cuda" in state_dict and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state_dict["cuda"])
+
+
+class FitClock(Callback):
+    """Seconds spent fitting, summed over every process that trained this run (resumes included).
+
+    Stored in each checkpoint, so a run resumed from ``last.ckpt`` continues the count: ``train.py`` writes
+    it to ``results.json`` as ``fit_time_s`` beside ``wall_time_s`` (that of the last process only).
+    """
+
+    def __init__(self) -> None:
+        self.previous_s = 0.0
+        self._start: float | None = None
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        import time
+
+        self._start = time.monotonic()
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.previous_s, self._start = self.total_s, None  # stop: testing is not fitting
+
+    @property
+    def total_s(self) -> float:
+        import time
+
+        return self.previous_s + (time.monotonic() - self._start if self._start is not None else 0.0)
+
+    def state_dict(self) -> dict:
+        return {"fit_time_s": self.total_s}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.previous_s = float(state_dict.get("fit_time_s", 0.0))
