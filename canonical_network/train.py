@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -63,18 +64,47 @@ def instantiate_callbacks(cfg: DictConfig) -> list:
     ]
 
 
+def readable_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a complete checkpoint: torch saves a zip archive, checked entry by entry (CRC)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is None
+    except (OSError, zipfile.BadZipFile, EOFError):
+        return False
+
+
 def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> str | None:
-    """``ckpt_path`` if given, else ``<run dir>/checkpoints/last.ckpt`` when ``resume`` and it exists."""
+    """``ckpt_path`` if given, else ``<run dir>/checkpoints/last.ckpt`` when ``resume`` and it exists.
+
+    Lightning writes checkpoints atomically (a temporary file renamed into place), but a file can still be
+    cut short afterwards (a full disk, an interrupted copy or sync). An unreadable ``last.ckpt`` then falls
+    back to the newest readable checkpoint of the run, with a warning naming both; with none readable the
+    run refuses to start over silently.
+    """
     if cfg.get("ckpt_path"):
         path = Path(cfg.ckpt_path)
         if not path.is_file():
             raise FileNotFoundError(f"ckpt_path={cfg.ckpt_path!r} does not exist")
         return str(path)
     last = output_dir / "checkpoints" / "last.ckpt"
-    if cfg.get("resume", True) and last.is_file():
+    if not (cfg.get("resume", True) and last.is_file()):
+        return None
+    if readable_checkpoint(last):
         log.info("Resuming from %s", last)
         return str(last)
-    return None
+    others = sorted((p for p in last.parent.glob("*.ckpt") if p != last), key=lambda p: p.stat().st_mtime,
+                    reverse=True)
+    fallback = next((p for p in others if readable_checkpoint(p)), None)
+    if fallback is None:
+        raise RuntimeError(
+            f"{last} is unreadable (truncated or corrupt) and no other checkpoint in {last.parent} is readable; "
+            "remove the folder's checkpoints/ to start this run over, or give ckpt_path=<file>"
+        )
+    log.warning("%s is unreadable (truncated or corrupt); resuming from %s, the newest readable checkpoint",
+                last, fallback)
+    return str(fallback)
 
 
 def _slurm_plugins() -> dict:
@@ -117,8 +147,60 @@ def _to_float(value: Any) -> float:
     return float(value.item() if hasattr(value, "item") else value)
 
 
+class RunFolderBusy(RuntimeError):
+    """Another process is training in the same run folder."""
+
+
+LOCK_FILE = ".run.lock"
+
+
+@contextmanager
+def run_folder_lock(output_dir: Path):
+    """Hold an exclusive lock on ``<run dir>/.run.lock`` while a run trains in the folder.
+
+    A second run into the same folder (a reused ``hydra.run.dir``, two requeues racing) raises
+    :class:`RunFolderBusy` naming the holder, instead of both writing checkpoints and results. POSIX record
+    locks (``lockf``) are released by the kernel when the holder dies, however it dies, so a killed run never
+    leaves a stale lock; they also work on NFS with a lock manager, as on most Slurm clusters.
+    """
+    import fcntl
+    import socket
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(output_dir / LOCK_FILE, "a+")
+    try:
+        fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise RunFolderBusy(
+            f"run folder {output_dir} is in use by {holder}; wait for that run to end (rerunning then resumes "
+            "it), or give this run another hydra.run.dir"
+        ) from None
+    handle.truncate(0)
+    handle.write(f"process {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    handle.flush()
+    try:
+        yield
+    finally:
+        fcntl.lockf(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """Fit, test and write results.json for one composed config; returns the results dict."""
+    """Fit, test and write results.json for one composed config; returns the results dict.
+
+    The run folder is locked for the whole run (by global rank 0 only: under Slurm every rank runs this).
+    """
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    output_dir = Path(cfg.paths.output_dir)
+    with run_folder_lock(output_dir) if rank_zero_only.rank == 0 else nullcontext():
+        return _run(cfg)
+
+
+def _run(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
     import torch
 
@@ -227,6 +309,8 @@ def main(cfg: DictConfig) -> float | None:
 
     try:
         results = run(cfg)
+    except RunFolderBusy:
+        raise  # the folder belongs to another run: write nothing into it
     except SIGTERMException:
         # Lightning exits with status 0 on SIGTERM; a stopped run is not a finished one. No failure record:
         # rerunning the job in the same folder resumes from last.ckpt.

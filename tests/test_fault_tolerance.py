@@ -78,3 +78,47 @@ def test_ddp_cpu_two_processes_write_results_once(tmp_path):
     record = json.loads(results[0].read_text())
     assert record["status"] == "completed" and "test/error" in record["metrics"]
     assert record["config"]["trainer"]["strategy"] == "ddp_spawn"
+
+
+def test_truncated_last_checkpoint_falls_back_to_the_newest_readable_one(tmp_path, caplog):
+    from canonical_network.train import run
+    from tests.conftest import compose_config, shrink
+
+    cfg = shrink(compose_config(["experiment=rotmnist/cnn", "model.orbit_rotations=0"], tmp_path))
+    cfg.trainer.max_epochs = 2
+    run(cfg)
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    best = next(p for p in last.parent.glob("epoch_*.ckpt"))
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # cut short, as an interrupted copy leaves it
+    cfg.trainer.max_epochs = 3
+    with caplog.at_level("WARNING", logger="canonical_network.train"):
+        results = run(cfg)
+    assert results["resumed_from"] == str(best) and results["status"] == "completed"
+    assert f"{last} is unreadable" in caplog.text and str(best) in caplog.text
+
+    for path in last.parent.glob("*.ckpt"):
+        path.write_bytes(b"not a checkpoint")
+    with pytest.raises(RuntimeError, match="no other checkpoint in .* is readable"):
+        run(cfg)
+
+
+def test_second_run_into_a_busy_folder_refuses_and_the_first_completes(tmp_path):
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen(_cmd(run_dir, "trainer.max_epochs=4", "seed=1"), cwd=PROJECT_ROOT, env=_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lock = run_dir / ".run.lock"
+    deadline = time.time() + 120
+    while not (lock.is_file() and lock.read_text().strip()) and time.time() < deadline:
+        time.sleep(0.05)
+    assert first.poll() is None, "the first run should still be training"
+    second = subprocess.run(_cmd(run_dir, "seed=2"), cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True,
+                            timeout=300)
+    assert second.returncode != 0
+    assert f"run folder {run_dir} is in use by process {first.pid} on" in second.stderr
+    assert first.wait(timeout=300) == 0, first.stderr.read()[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "completed" and results["seed"] == 1  # the first run's, untouched
+    # Once the first run has ended, the folder is free again (the lock died with its process).
+    again = subprocess.run(_cmd(run_dir, "seed=1", "trainer.max_epochs=4"), cwd=PROJECT_ROOT, env=_env(),
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
