@@ -31,28 +31,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from canonical_network.tables import load_runs, paper_tables
+from canonical_network.records import budget_of, budget_sort_key, dataset_of, load_runs, variant_of
+from canonical_network.tables import paper_tables
 
 REPORT_FILE = "REPRODUCTION.md"
 FIGURES = "figures"
-
-# Overrides that do not change what a row is: the seed, where and how it logs, the epoch cap (reported as
-# the budget), and the checkpoint a CN(pretrained) row reads (it is the row's input, not a variant).
-NEUTRAL_OVERRIDE_PREFIXES = (
-    "experiment=", "seed=", "hydra.", "logger", "~callbacks.rich_progress_bar", "callbacks.rich_progress_bar",
-    "trainer.max_epochs=", "trainer.enable_progress_bar=", "canonicalization.checkpoint=", "trainer=",
-    "data.num_workers=", "paths.", "sweep=", "matmul_precision=",
-)
-
-# Data modules: a short name, and whether the paper's numbers were measured on (a subset of) that data.
-DATASETS = {
-    "RotatedMNIST5kDataModule": ("rotated_mnist_5k (5,000 MNIST digits, ours)", True),
-    "RotatedMNISTDataModule": ("MNIST-rot", True),
-    "NBodyDataModule": ("N-body charged particles", True),
-    "ModelNet40DataModule": ("ModelNet40", True),
-    "ShapeNetPartDataModule": ("ShapeNet-part", True),
-    "SyntheticShapesDataModule": ("synthetic_shapes (not the paper's data)", False),
-}
 
 T_LEVEL = 0.95
 
@@ -164,22 +147,6 @@ def verdict(claim: Claim, diff: float, half: float | None, lower_is_better: bool
 
 
 # ----------------------------------------------------------------------------------------------- runs
-def variant_of(run: dict) -> tuple[str, ...]:
-    """The overrides that make a run differ from its experiment's own config (empty: the row itself)."""
-    overrides = run.get("overrides") or []
-    return tuple(sorted(o for o in overrides if not o.startswith(NEUTRAL_OVERRIDE_PREFIXES)))
-
-
-def dataset_of(run: dict) -> tuple[str, bool]:
-    target = str(run.get("config.data._target_") or "")
-    return DATASETS.get(target.rsplit(".", 1)[-1], (target.rsplit(".", 1)[-1] or "unknown data", False))
-
-
-def budget_of(run: dict) -> str:
-    cap = run.get("config.trainer.max_epochs")
-    return f"≤ {cap} epochs" if cap is not None else "unknown budget"
-
-
 @dataclass
 class Cell:
     values: list[float] = field(default_factory=list)
@@ -320,13 +287,9 @@ def _curves_chart(name: str, spec: dict, cells: dict, path: Path) -> bool:
 def _groups(runs: list[dict]) -> list[tuple[tuple[str, str], list[dict]]]:
     """Runs by (data set, epoch cap): the largest budget first, the one a reader looks for."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    caps: dict[tuple[str, str], float] = {}
-    for run in runs:
-        key = (dataset_of(run)[0], budget_of(run))
-        groups[key].append(run)
-        cap = run.get("config.trainer.max_epochs")
-        caps[key] = float(cap) if isinstance(cap, (int, float)) and cap > 0 else math.inf
-    return sorted(groups.items(), key=lambda kv: (kv[0][0], -caps[kv[0]]))
+    for run in sorted(runs, key=lambda r: (dataset_of(r)[0], budget_sort_key(r))):
+        groups[(dataset_of(run)[0], budget_of(run))].append(run)
+    return list(groups.items())
 
 
 def _slug(text: str) -> str:

@@ -24,42 +24,22 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-RESULTS_FILE = "results.json"
+from canonical_network.records import (
+    RESULTS_FILE,
+    budget_of,
+    budget_sort_key,
+    dataset_of,
+    load_runs,
+    metric_info,
+    record_from_results,
+)
 
+__all__ = ["RESULTS_FILE", "build_table", "load_runs", "load_wandb_runs", "make_tables", "paper_tables",
+           "record_from_results", "render"]
 
 def paper_tables() -> dict[str, dict]:
     text = resources.files("canonical_network").joinpath("paper_results.json").read_text()
     return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
-
-
-def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
-    else:
-        out[prefix] = value
-
-
-def record_from_results(results: dict) -> dict[str, Any]:
-    """One flat record per run: ``experiment``, ``status``, ``metrics.<name>`` and ``config.<dotted key>``."""
-    record: dict[str, Any] = {}
-    _flatten("", {k: v for k, v in results.items() if k != "metrics"}, record)
-    record["metrics"] = dict(results.get("metrics") or {})
-    record.setdefault("status", "completed")
-    return record
-
-
-def load_runs(folder: Path) -> list[dict[str, Any]]:
-    runs = []
-    for path in sorted(Path(folder).rglob(RESULTS_FILE)):
-        try:
-            record = record_from_results(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as err:
-            print(f"warning: skipping unreadable {path}: {err}", file=sys.stderr)
-            continue
-        record["path"] = str(path)
-        runs.append(record)
-    return runs
 
 
 def load_wandb_runs(project: str, group: str | None = None, api=None) -> list[dict[str, Any]]:
@@ -126,7 +106,16 @@ def _fmt(value: float | None, digits: int) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _cell_text(cell: Cell, digits: int, latex: bool) -> list[str]:
+def latex_escape(text: str) -> str:
+    """Escape LaTeX's special characters in table text (``&`` would split a cell, ``%`` end the line)."""
+    for char, escaped in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
+                          ("$", r"\$"), ("{", r"\{"), ("}", r"\}")):
+        text = text.replace(char, escaped)
+    return text
+
+
+def _cell_text(cell: Cell, digits: int, latex: bool, show_paper: str | None) -> list[str]:
+    """``[ours, paper, Δ]``; ``show_paper`` is None to compare, else the text shown instead of the paper's."""
     pm = r" $\pm$ " if latex else " ± "
     if cell.values:
         ours = f"{_fmt(cell.mean, digits)}{pm}{_fmt(cell.std, digits)} (n={len(cell.values)})"
@@ -134,6 +123,8 @@ def _cell_text(cell: Cell, digits: int, latex: bool) -> list[str]:
         ours = f"missing: {cell.failures[0][:80]}"
     else:
         ours = "missing"
+    if show_paper is not None:
+        return [ours, show_paper, "–"]
     if cell.paper and cell.paper[0] is not None:
         paper = _fmt(cell.paper[0], digits) + (f"{pm}{_fmt(cell.paper[1], digits)}" if cell.paper[1] is not None else "")
         diff = f"{cell.mean - cell.paper[0]:+.{digits}f}" if cell.values else "–"
@@ -142,45 +133,85 @@ def _cell_text(cell: Cell, digits: int, latex: bool) -> list[str]:
     return [ours, paper, diff]
 
 
-def render(name: str, spec: dict, rows: list[tuple[str, list[Cell]]], fmt: str = "markdown") -> str:
+def render(name: str, spec: dict, rows: list[tuple[str, list[Cell]]], fmt: str = "markdown",
+           caption: str = "", show_paper: str | None = None) -> str:
     digits = spec.get("digits", 2)
     latex = fmt == "latex"
     header = ["Method"]
     for column in spec["columns"]:
         prefix = "" if len(spec["columns"]) == 1 else f"{column['name']} "
         header += [f"{prefix}ours", f"{prefix}paper", f"{prefix}Δ"]
-    body = [[row_name] + [t for cell in cells for t in _cell_text(cell, digits, latex)] for row_name, cells in rows]
+    body = [[row_name] + [t for cell in cells for t in _cell_text(cell, digits, latex, show_paper)]
+            for row_name, cells in rows]
     if latex:
-        lines = [f"% {spec['title']} ({name})", r"\begin{tabular}{l" + "c" * (len(header) - 1) + "}", r"\toprule",
-                 " & ".join(header).replace("Δ", r"$\Delta$") + r" \\", r"\midrule"]
-        lines += [" & ".join(r).replace("%", r"\%") + r" \\" for r in body]
+        def cell(text: str) -> str:
+            # ours/paper cells carry their own math ($\pm$); escape the rest of the text only
+            return "$\\pm$".join(latex_escape(part) for part in text.split("$\\pm$"))
+
+        lines = [f"% {spec['title']} ({name}){'; ' + caption if caption else ''}",
+                 r"\begin{tabular}{l" + "c" * (len(header) - 1) + "}", r"\toprule",
+                 " & ".join(latex_escape(h).replace("Δ", r"$\Delta$") for h in header) + r" \\", r"\midrule"]
+        lines += [" & ".join(cell(t) for t in r) + r" \\" for r in body]
         lines += [r"\bottomrule", r"\end{tabular}"]
         return "\n".join(lines)
-    arrow = "lower is better" if spec.get("lower_is_better") else "higher is better"
-    lines = [f"### {spec['title']} — `{name}` ({spec['metric']}, {arrow})", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    direction = spec.get("lower_is_better")
+    arrow = "direction unknown" if direction is None else "lower is better" if direction else "higher is better"
+    lines = [f"### {spec['title']} — `{name}` ({spec['metric']}, {arrow})", ""]
+    if caption:
+        lines += [caption, ""]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in body]
     return "\n".join(lines)
+
+
+def metric_spec(spec: dict, metric: str | None) -> tuple[dict, str | None]:
+    """The table spec for ``metric`` (None: the table's own) and, when the paper's numbers do not measure the
+    same quantity in the same unit and direction, the text shown instead of them."""
+    if not metric or metric == spec["metric"]:
+        return spec, None
+    ours, theirs = metric_info(metric), metric_info(spec["metric"])
+    table_in_percent = (theirs is not None and theirs.unit == "%") or spec.get("scale") == 100.0
+    scale = ours.in_percent() if ours is not None and table_in_percent else 1.0
+    new = {**spec, "metric": metric, "scale": scale, "title": f"{spec['title']} [ours: {metric}]",
+           "lower_is_better": None if ours is None else ours.lower_is_better}
+    same = ours is not None and theirs is not None and ours.lower_is_better == theirs.lower_is_better and (
+        ours.unit == theirs.unit or {ours.unit, theirs.unit} == {"%", "fraction"})
+    return new, None if same else "(another metric)"
 
 
 def make_tables(runs: list[dict], fmt: str = "markdown", only: str | None = None, metric: str | None = None) -> str:
     """All paper tables that have runs (or only ``only``); ``metric`` replaces each table's own metric.
 
-    With another metric the paper's column still shows the paper's figure, i.e. the table then compares,
-    say, our worst case over the group orbit (``test/orbit/error_worst``) with the paper's plain test error.
+    Runs are grouped by data set and epoch cap, one table per group, captioned with both: a 1-epoch smoke
+    run never sits in the cell of a 100-epoch one. The paper's numbers and Δ are shown only for the paper's
+    data (or a subset of it) and for a metric measuring the same quantity: with ``test/orbit/error_worst``
+    (an error in %, like the table's) the paper column still shows the paper's plain test error.
     """
     tables = paper_tables()
     if only and only not in tables:
         raise SystemExit(f"--table {only!r} is not a paper table; valid: {', '.join(tables)}")
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for run in sorted(runs, key=lambda r: (dataset_of(r)[0], budget_sort_key(r))):
+        groups.setdefault((dataset_of(run)[0], budget_of(run)), []).append(run)
     out = []
-    for name, spec in tables.items():
+    for name, base_spec in tables.items():
         if only and name != only:
             continue
-        if metric:
-            spec = {**spec, "metric": metric, "scale": 1.0, "title": f"{spec['title']} [ours: {metric}]"}
-        rows = build_table(spec, runs)
-        if only or any(cell.values or cell.failures for _, cells in rows for cell in cells):
-            out.append(render(name, spec, rows, fmt))
+        spec, hidden = metric_spec(base_spec, metric)
+        rendered = []
+        for (data, budget), members in groups.items():
+            rows = build_table(spec, members)
+            if not any(cell.values or cell.failures for _, cells in rows for cell in cells):
+                continue
+            comparable = dataset_of(members[0])[1]
+            show_paper = hidden or (None if comparable else "(other data)")
+            caption = f"Data: {data}; budget: {budget}."
+            if not comparable:
+                caption += " Not the paper's data set: no comparison with the paper's numbers."
+            rendered.append(render(name, spec, rows, fmt, caption, show_paper))
+        if not rendered and only:
+            rendered.append(render(name, spec, build_table(spec, []), fmt))
+        out += rendered
     return "\n\n".join(out)
 
 

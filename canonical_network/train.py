@@ -20,6 +20,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from canonical_network.records import RESULTS_FILE
 from canonical_network.utils.checks import check_choice
 from canonical_network.utils.config import CONFIG_DIR, PROJECT_ROOT
 from canonical_network.utils.slurm import install_sacct_fallback
@@ -29,7 +30,6 @@ install_sacct_fallback()
 
 log = logging.getLogger("canonical_network.train")
 
-RESULTS_FILE = "results.json"
 TEST_CKPTS = ("best", "last")
 
 

@@ -94,3 +94,42 @@ def test_several_folders_and_another_metric(tmp_path, capsys):
     with pytest.raises(SystemExit):
         tables.main([*folders, "--metric", "test/nonsense"])
     assert "test/orbit/error_worst" in capsys.readouterr().err  # the error lists what was logged
+
+
+SHAPES = "canonical_network.data.synthetic_shapes.SyntheticShapesDataModule"
+MNIST5K = "canonical_network.data.rotated_mnist.RotatedMNIST5kDataModule"
+
+
+def test_other_data_is_labelled_and_never_compared_with_the_paper(tmp_path):
+    config = {"data": {"_target_": SHAPES, "rotation": "z/z"}, "trainer": {"max_epochs": 10}}
+    write_result(tmp_path, "a", "modelnet/pointnet", {"test/acc": 0.80}, config=config)
+    text = tables.make_tables(tables.load_runs(tmp_path), only="modelnet_table")
+    assert "Data: synthetic_shapes (not the paper's data); budget: ≤ 10 epochs." in text
+    row = next(line for line in text.splitlines() if line.startswith("| PointNet |"))
+    assert row.startswith("| PointNet | 80.0 ± 0.0 (n=1) | (other data) | – |") and "85.9" not in row
+
+
+def test_budgets_are_never_pooled(tmp_path):
+    for name, epochs, err in (("long", 100, 5.0), ("smoke", 1, 60.0)):
+        config = {"data": {"_target_": MNIST5K}, "trainer": {"max_epochs": epochs}}
+        write_result(tmp_path, name, "rotmnist/cnn", {"test/error": err}, config=config)
+    text = tables.make_tables(tables.load_runs(tmp_path), only="rotmnist_table1")
+    assert text.index("budget: ≤ 100 epochs") < text.index("budget: ≤ 1 epochs")
+    assert "| CNN (base) | 5.00 ± 0.00 (n=1) | 4.90 ± 0.20 | +0.10 |" in text
+    assert "| CNN (base) | 60.00 ± 0.00 (n=1) |" in text
+
+
+def test_another_metric_knows_its_unit_and_direction(tmp_path):
+    write_result(tmp_path, "a", "rotmnist/cnn", {"test/error": 5.0, "test/acc": 0.95})
+    text = tables.make_tables(tables.load_runs(tmp_path), only="rotmnist_table1", metric="test/acc")
+    assert "(test/acc, higher is better)" in text
+    # an accuracy in % beside the paper's error would be nonsense: shown in %, not compared
+    assert "| CNN (base) | 95.00 ± 0.00 (n=1) | (another metric) | – |" in text
+
+
+def test_latex_escapes_special_characters(tmp_path):
+    write_result(tmp_path, "a", "rotmnist/gcnn_p4_eqparams", {"test/error": 2.5})
+    text = tables.make_tables(tables.load_runs(tmp_path), fmt="latex", only="rotmnist_table1")
+    row = next(line for line in text.splitlines() if line.startswith("G-CNN (p4 \\& = params)"))
+    assert row.count(" & ") == 3  # Method, ours, paper, Δ: the row name's "&" is escaped
+    assert row.startswith("G-CNN (p4 \\& = params) & 2.50 $\\pm$ 0.00 (n=1) & 2.36 $\\pm$ 0.15 & +0.14")

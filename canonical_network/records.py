@@ -1,0 +1,132 @@
+"""Run records: the ``results.json`` that ``train`` writes, and what ``tables`` and ``report`` read from it.
+
+One record per run folder, flattened for matching: ``experiment``, ``status``, ``seed``, ``epochs``,
+``metrics`` (a dict of ``test/*`` values), ``overrides`` (the command line), ``config.<dotted key>`` and
+``environment.<key>`` (where it ran). Besides loading, this module says what a run *was*: its data set
+(:func:`dataset_of`), its budget (:func:`budget_of`), the overrides that make it an ablation of its row
+(:func:`variant_of`), and what each logged metric means (:data:`METRICS`), so that no reader compares runs
+that are not comparable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS_FILE = "results.json"
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value
+
+
+def record_from_results(results: dict) -> dict[str, Any]:
+    """One flat record per run: ``experiment``, ``status``, ``metrics.<name>`` and ``config.<dotted key>``."""
+    record: dict[str, Any] = {}
+    _flatten("", {k: v for k, v in results.items() if k != "metrics"}, record)
+    record["metrics"] = dict(results.get("metrics") or {})
+    record.setdefault("status", "completed")
+    return record
+
+
+def load_runs(folder: Path) -> list[dict[str, Any]]:
+    """Every ``results.json`` below ``folder`` as a flat record (with its ``path``); unreadable ones skipped."""
+    runs = []
+    for path in sorted(Path(folder).rglob(RESULTS_FILE)):
+        try:
+            record = record_from_results(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as err:
+            print(f"warning: skipping unreadable {path}: {err}", file=sys.stderr)
+            continue
+        record["path"] = str(path)
+        runs.append(record)
+    return runs
+
+
+# Data modules: a short name, and whether the paper's numbers were measured on (a subset of) that data.
+DATASETS = {
+    "RotatedMNIST5kDataModule": ("rotated_mnist_5k (5,000 MNIST digits, ours)", True),
+    "RotatedMNISTDataModule": ("MNIST-rot", True),
+    "NBodyDataModule": ("N-body charged particles", True),
+    "ModelNet40DataModule": ("ModelNet40", True),
+    "ShapeNetPartDataModule": ("ShapeNet-part", True),
+    "SyntheticShapesDataModule": ("synthetic_shapes (not the paper's data)", False),
+}
+
+
+def dataset_of(run: dict) -> tuple[str, bool]:
+    """``(name, comparable)``: the run's data set and whether the paper's numbers were measured on it.
+
+    A record without a data config (older or hand-made records) is "data not recorded" and compared.
+    """
+    target = str(run.get("config.data._target_") or "")
+    if not target:
+        return "data not recorded", True
+    short = target.rsplit(".", 1)[-1]
+    return DATASETS.get(short, (short, False))
+
+
+def budget_of(run: dict) -> str:
+    cap = run.get("config.trainer.max_epochs")
+    return f"≤ {cap} epochs" if cap is not None else "budget not recorded"
+
+
+def budget_sort_key(run: dict) -> float:
+    """Larger budgets first; unrecorded last."""
+    cap = run.get("config.trainer.max_epochs")
+    return -float(cap) if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0 else math.inf
+
+
+# Overrides that do not change what a row is: the seed, where and how it logs, the epoch cap (reported as
+# the budget), and the checkpoint a CN(pretrained) row reads (it is the row's input, not a variant).
+NEUTRAL_OVERRIDE_PREFIXES = (
+    "experiment=", "seed=", "hydra.", "logger", "~callbacks.rich_progress_bar", "callbacks.rich_progress_bar",
+    "trainer.max_epochs=", "trainer.enable_progress_bar=", "canonicalization.checkpoint=", "trainer=",
+    "data.num_workers=", "paths.", "sweep=", "matmul_precision=",
+)
+
+
+def variant_of(run: dict) -> tuple[str, ...]:
+    """The overrides that make a run differ from its experiment's own config (empty: the row itself)."""
+    overrides = run.get("overrides") or []
+    return tuple(sorted(o for o in overrides if not o.startswith(NEUTRAL_OVERRIDE_PREFIXES)))
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What a logged number is: its unit ("%", "fraction" or "") and whether lower is better."""
+
+    unit: str
+    lower_is_better: bool
+
+    def in_percent(self) -> float:
+        """Factor that puts the metric in percent (the paper's unit for errors and accuracies)."""
+        return 100.0 if self.unit == "fraction" else 1.0
+
+
+METRICS = {
+    "test/error": Metric("%", True),
+    "test/acc": Metric("fraction", False),
+    "test/class_acc": Metric("fraction", False),
+    "test/instance_miou": Metric("fraction", False),
+    "test/class_miou": Metric("fraction", False),
+    "test/mse": Metric("", True),
+    "test/loss": Metric("", True),
+}
+
+
+def metric_info(name: str) -> Metric | None:
+    """The meaning of a logged metric, or None when unknown. Orbit figures are errors in %."""
+    if name in METRICS:
+        return METRICS[name]
+    if name.startswith("test/orbit/"):
+        return Metric("%", True)
+    return None
