@@ -21,7 +21,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from canonical_network.records import RESULTS_FILE
-from canonical_network.utils.checks import check_choice
+from canonical_network.utils.checks import ConfigError, check_choice, validate_run_config
 from canonical_network.utils.config import CONFIG_DIR, PROJECT_ROOT
 from canonical_network.utils.slurm import install_sacct_fallback
 
@@ -195,6 +195,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
+    validate_run_config(cfg)
     output_dir = Path(cfg.paths.output_dir)
     with run_folder_lock(output_dir) if rank_zero_only.rank == 0 else nullcontext():
         return _run(cfg)
@@ -213,14 +214,17 @@ def _run(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("matmul_precision"):
         torch.set_float32_matmul_precision(cfg.matmul_precision)
 
-    datamodule = hydra.utils.instantiate(cfg.data)
-    model = hydra.utils.instantiate(cfg.model)
-    callbacks = instantiate_callbacks(cfg)
-    loggers = instantiate_loggers(cfg, output_dir)
-    trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir),
-        **_slurm_plugins(),
-    )
+    try:  # building from the config: a failure here is a config error, found before any training
+        datamodule = hydra.utils.instantiate(cfg.data)
+        model = hydra.utils.instantiate(cfg.model)
+        callbacks = instantiate_callbacks(cfg)
+        loggers = instantiate_loggers(cfg, output_dir)
+        trainer = hydra.utils.instantiate(
+            cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir),
+            **_slurm_plugins(),
+        )
+    except Exception as error:
+        raise ConfigError(str(error)) from error
     param_counts = model.parameter_counts() if hasattr(model, "parameter_counts") else {}
     for lg in loggers:
         lg.log_hyperparams({**OmegaConf.to_container(cfg, resolve=True), "params": param_counts})
@@ -303,6 +307,30 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
         log.exception("could not write the failure record")
 
 
+#: What Hydra and the lock put in a run folder before training: a folder holding only these was never used.
+SETUP_FILES = {".hydra", "train.log", LOCK_FILE}
+
+
+def remove_unused_run_folder(output_dir: Path) -> bool:
+    """Delete ``output_dir`` if it holds nothing but Hydra's set-up files (a run that never trained)."""
+    import shutil
+
+    if output_dir.is_dir() and {p.name for p in output_dir.iterdir()} <= SETUP_FILES:
+        shutil.rmtree(output_dir, ignore_errors=True)
+        return True
+    return False
+
+
+def _multirun() -> bool:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:
+        return False
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -311,6 +339,14 @@ def main(cfg: DictConfig) -> float | None:
         results = run(cfg)
     except RunFolderBusy:
         raise  # the folder belongs to another run: write nothing into it
+    except ConfigError as error:
+        # Found before training. A single run leaves no folder behind (a typo should not); a multirun job
+        # keeps its failure record, so the sweep's table shows why its cell is empty.
+        if _multirun():
+            write_failure(cfg, error)
+        else:
+            remove_unused_run_folder(Path(cfg.paths.output_dir))
+        raise
     except SIGTERMException:
         # Lightning exits with status 0 on SIGTERM; a stopped run is not a finished one. No failure record:
         # rerunning the job in the same folder resumes from last.ckpt.

@@ -47,9 +47,13 @@ class SplitDataModule(LightningDataModule):
         if split not in self.splits:
             self.setup()
         dataset = self.splits[split]
+        # A last training batch of a single sample breaks batch norm ("Expected more than 1 value per
+        # channel"): drop it (a different sample each epoch, by the shuffle). Other sizes are kept as they are.
+        drop_last = shuffle and len(dataset) % self.batch_size == 1
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
+            drop_last=drop_last,
             sampler=self.train_sampler(dataset) if shuffle else None,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
