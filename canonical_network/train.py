@@ -143,6 +143,29 @@ def environment(trainer=None) -> dict[str, Any]:
     }
 
 
+class _DropTips(logging.Filter):
+    """Lightning's advertisement for its cloud logger is not information about the run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+def quiet_library_output() -> None:
+    """One copy of every line: Lightning's loggers go through Hydra's handlers (console and train.log)
+    instead of also through their own; no litlogger tip; no torch.jit deprecation warning from escnn."""
+    import warnings
+
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _DropTips) for f in rank_zero.filters):
+        rank_zero.addFilter(_DropTips())
+    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated", category=FutureWarning)
+
+
 def _to_float(value: Any) -> float:
     return float(value.item() if hasattr(value, "item") else value)
 
@@ -205,6 +228,7 @@ def _run(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
     import torch
 
+    quiet_library_output()
     start = time.time()
     test_ckpt = check_choice("test_ckpt", cfg.get("test_ckpt", "best"), TEST_CKPTS)
     output_dir = Path(cfg.paths.output_dir)
@@ -285,7 +309,8 @@ def _print_summary(results: dict, output_dir: Path, loggers: list) -> None:
             run_dir = Path(lg.experiment.dir).parent
             offline = getattr(lg.experiment.settings, "mode", "") == "offline" or "offline" in run_dir.name
             lines.append(f"W&B run: {run_dir}" + (f"  (offline; upload with: wandb sync {run_dir})" if offline else ""))
-    print("\n".join(lines), flush=True)
+    # Through the logging set-up of Hydra: on the console and in <run dir>/train.log alike.
+    log.info("Summary\n%s", "\n".join(lines))
 
 
 def write_failure(cfg: DictConfig, error: BaseException) -> None:

@@ -20,6 +20,20 @@ def _first_batches(loader, num_items: int):
             return
 
 
+def save_captioned(grid: torch.Tensor, caption: str, path: Path, scale: int = 2) -> None:
+    """Save a (C, H, W) image grid in [0, 1] as PNG, enlarged ``scale`` times, under a strip with ``caption``."""
+    from PIL import Image, ImageDraw
+
+    pixels = (grid.clamp(0, 1) * 255).round().to(torch.uint8)
+    pixels = pixels.expand(3, *pixels.shape[1:]) if pixels.shape[0] == 1 else pixels
+    image = Image.fromarray(pixels.permute(1, 2, 0).numpy())
+    image = image.resize((image.width * scale, image.height * scale), Image.NEAREST)
+    canvas = Image.new("RGB", (image.width, image.height + 16), "white")
+    canvas.paste(image, (0, 16))
+    ImageDraw.Draw(canvas).text((3, 2), caption, fill="black")
+    canvas.save(path)
+
+
 class CanonicalizedImageGrid(Callback):
     """At every validation, log a grid of validation images: originals (top rows) above canonicalized ones.
 
@@ -68,7 +82,8 @@ class CanonicalizedImageGrid(Callback):
         grid = torchvision.utils.make_grid(torch.cat([images, canonical]).clamp(0, 1), nrow=nrow, pad_value=0.5)
         out_dir = Path(self.output_dir or trainer.default_root_dir) / "canonicalized"
         out_dir.mkdir(parents=True, exist_ok=True)
-        torchvision.utils.save_image(grid, out_dir / f"epoch_{trainer.current_epoch:04d}.png")
+        caption = f"epoch {trainer.current_epoch}: top, validation digits; bottom, canonicalized by h"
+        save_captioned(grid, caption, out_dir / f"epoch_{trainer.current_epoch:04d}.png")
         for logger in trainer.loggers:
             if type(logger).__name__ == "WandbLogger":
                 logger.log_image(key="val/canonicalized", images=[grid], caption=["top: original, bottom: canonical"])
