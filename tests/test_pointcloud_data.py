@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import h5py
@@ -258,6 +259,36 @@ def test_shapenet_cache_is_used_and_invalidated(shapenet_dir):
     path.write_text(json.dumps(json.loads(path.read_text())[:2]))
     with pytest.raises(FileNotFoundError, match=r"a3\.txt"):
         ShapeNetPartDataModule(data_dir=str(root)).setup()
+
+
+def test_shapenet_cache_notices_files_replaced_by_older_ones(shapenet_dir):
+    """A shape file replaced by one with other points, dated 2007 as unzip leaves it, is parsed again."""
+    root, tables = shapenet_dir
+    kwargs = dict(data_dir=str(root), num_points=64, rotation="none/none", normalize=False)
+    first = ShapeNetPartDataModule(**kwargs)
+    first.setup()
+    path = root / SYNSETS["Table"] / "t2.txt"
+    moved = tables["t2"].copy()
+    moved[:, :3] += 10.0  # other content, same number of points (so the same sampled indices)
+    path.unlink()
+    np.savetxt(path, moved, fmt="%.6f")
+    os.utime(path, ns=(1_180_656_000 * 10**9,) * 2)
+    again = ShapeNetPartDataModule(**kwargs)
+    again.setup()
+    names = [SHAPENET_CATEGORIES[c] for c in again.splits["test"].tensors[1].tolist()]
+    t2 = names.index("Table")
+    old_points, new_points = first.splits["test"].tensors[0][t2], again.splits["test"].tensors[0][t2]
+    assert torch.allclose(new_points, old_points + 10.0, atol=1e-4)
+    others = [i for i in range(len(names)) if i != t2]
+    assert torch.equal(again.splits["test"].tensors[0][others], first.splits["test"].tensors[0][others])
+
+
+def test_shapenet_corrupt_files_are_not_cached(shapenet_dir):
+    root, _ = shapenet_dir
+    (root / SYNSETS["Mug"] / "m2.txt").write_text("0.1 0.2 0.3\n")
+    with pytest.raises(PointCloudDataError, match=r"m2\.txt: expected rows of 7"):
+        ShapeNetPartDataModule(data_dir=str(root)).setup()
+    assert not (root / "parsed_test.npz").exists()
 
 
 def test_shapenet_missing_and_corrupt_files(shapenet_dir, tmp_path_factory):

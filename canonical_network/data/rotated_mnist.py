@@ -10,7 +10,9 @@ Batches are ``(images, labels)``: images (B, 1, 28, 28) float32 in [0, 1], label
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from canonical_network.data.base import SplitDataModule
+from canonical_network.data.cache import SourceCache
 from canonical_network.groups.image import rotate_deg
 from canonical_network.utils.checks import check_choice, check_int_range
 
@@ -122,6 +125,108 @@ class RotatedMNIST5kDataModule(_ImageDataModule):
 
 AMAT_TRAIN = "mnist_all_rotation_normalized_float_train_valid.amat"
 AMAT_TEST = "mnist_all_rotation_normalized_float_test.amat"
+# Rows of the benchmark's files (Larochelle et al. 2007): 10,000 train + 2,000 validation, 50,000 test.
+AMAT_ROWS = {AMAT_TRAIN: 12_000, AMAT_TEST: 50_000}
+AMAT_PIXELS = 28 * 28
+AMAT_CLASSES = 10
+# The text holds rounded decimals: a pixel this far outside [0, 1] is rounding (and is clipped), not damage.
+_PIXEL_TOLERANCE = 1e-6
+# Version of the parsed cache (<name>.npz beside each .amat): bump when parsing or checks change.
+_AMAT_CACHE_FORMAT = 1
+_REPLACE = "Replace it with the file of the same name from mnist_rotation_new.zip (see data/README.md)."
+
+
+def _row_problem(tokens: list[bytes]) -> str | None:
+    """What is wrong with one row of an .amat file (its whitespace-separated fields), or None."""
+    if len(tokens) != AMAT_PIXELS + 1:
+        return f"{len(tokens)} numbers where a row holds {AMAT_PIXELS + 1} ({AMAT_PIXELS} pixels, then the label)"
+    try:
+        values = np.array(tokens, dtype=np.float64)
+    except ValueError:
+        column = next(j for j, t in enumerate(tokens, start=1) if not _is_number(t))
+        return f"column {column} is {tokens[column - 1].decode(errors='replace')!r}, not a number"
+    pixels, label = values[:AMAT_PIXELS], values[AMAT_PIXELS]
+    bad = ~(np.isfinite(pixels) & (pixels >= -_PIXEL_TOLERANCE) & (pixels <= 1 + _PIXEL_TOLERANCE))
+    if bad.any():
+        column = int(np.argmax(bad)) + 1
+        return (
+            f"pixel {column} (column {column}) is {pixels[column - 1]:g}; pixels are finite values in [0, 1]"
+        )
+    if not (np.isfinite(label) and label == round(label) and 0 <= label < AMAT_CLASSES):
+        return f"the label (column {AMAT_PIXELS + 1}) is {label:g}; labels are integers 0..{AMAT_CLASSES - 1}"
+    return None
+
+
+def _is_number(token: bytes) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _first_bad_line(path: Path) -> tuple[int, str] | None:
+    """(1-based line number, problem) of the first bad row of ``path``; blank lines are skipped, as the
+    parser does. Only called once the fast parse has failed, so its speed (seconds) matters little."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            tokens = line.split()
+            if tokens and (problem := _row_problem(tokens)) is not None:
+                return number, problem
+    return None
+
+
+def _nth_row(path: Path, row: int) -> tuple[int, bytes]:
+    """(1-based line number, text) of the 0-based ``row`` of ``path``, counting non-blank lines as the parser
+    does."""
+    seen = -1
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            if line.strip():
+                seen += 1
+                if seen == row:
+                    return number, line
+    raise ValueError(f"{path}: has no row {row + 1}")
+
+
+def read_amat(path: Path, expected_rows: int | None = None) -> dict[str, np.ndarray]:
+    """Parse and check one MNIST-rot ``.amat`` file: rows of 784 pixels in [0, 1], then the label (0..9).
+
+    Returns ``pixels`` (N, 784) float32 and ``labels`` (N,) int64. Raises ``ValueError`` naming the file
+    and the line of the first bad row (too few or too many numbers, a non-number, a pixel that is not finite
+    or outside [0, 1], a label that is not an integer 0..9), or, with ``expected_rows``, a file with
+    another number of rows (cut at a line boundary, or not the benchmark's file).
+    """
+    import pandas as pd
+
+    table = None
+    with contextlib.suppress(ValueError):  # pandas' ParserError, EmptyDataError, bad floats: located below
+        table = pd.read_csv(path, sep=r"\s+", header=None, dtype=np.float32).to_numpy()
+    if table is None or table.ndim != 2 or table.shape[1] != AMAT_PIXELS + 1:
+        found = _first_bad_line(path)  # a field that is not a number, or a row with too many fields
+        if found is None:
+            raise ValueError(f"{path}: not readable as rows of {AMAT_PIXELS + 1} numbers. {_REPLACE}")
+        raise ValueError(f"{path}, line {found[0]}: {found[1]}. {_REPLACE}")
+    pixels, labels = table[:, :AMAT_PIXELS], table[:, AMAT_PIXELS]
+    # NaN fails every comparison, so a missing field (NaN-filled by pandas: a row cut short) fails too.
+    row_ok = ((pixels >= -_PIXEL_TOLERANCE) & (pixels <= 1 + _PIXEL_TOLERANCE)).all(axis=1)
+    row_ok &= (labels >= 0) & (labels < AMAT_CLASSES) & (labels == np.round(labels))
+    if not row_ok.all():
+        row = int(np.argmin(row_ok))
+        line, text = _nth_row(path, row)
+        problem = _row_problem(text.split()) or (
+            "the row fails the checks (784 pixels, finite and in [0, 1], then an integer label 0..9)"
+        )
+        raise ValueError(f"{path}, line {line}: {problem}. {_REPLACE}")
+    if expected_rows is not None and len(table) != expected_rows:
+        raise ValueError(
+            f"{path}: {len(table):,} rows; the MNIST-rot file has {expected_rows:,}. It is cut short or not "
+            f"the benchmark's file. {_REPLACE}"
+        )
+    return {
+        "pixels": np.clip(pixels, 0.0, 1.0),
+        "labels": labels.astype(np.int64),
+    }
 
 
 class RotatedMNISTDataModule(_ImageDataModule):
@@ -131,8 +236,15 @@ class RotatedMNISTDataModule(_ImageDataModule):
     ``mnist_all_rotation_normalized_float_test.amat`` (50,000 rows) under ``data_dir``. Each row holds 784
     pixel values in [0, 1] and the label. The first ``num_train`` rows of the train_valid file are the
     training set, the remaining rows (2,000) the validation set; the test file is only used for testing.
-    Parsed arrays are cached as ``.npy`` beside the files, so the text is read once.
+
+    Every file is checked (:func:`read_amat`: values, labels and the row count of :data:`AMAT_ROWS`; the
+    error names the file and line) before its arrays are cached as ``<name>.npz`` beside it, so the text is
+    parsed once. The cache is keyed on the file's content (:mod:`canonical_network.data.cache`): a
+    replaced file is parsed again whatever its date.
     """
+
+    # Rows each file must have; a subclass may set None (no check) to read other .amat files.
+    EXPECTED_ROWS: Mapping[str, int] | None = AMAT_ROWS
 
     def __init__(
         self,
@@ -160,18 +272,16 @@ class RotatedMNISTDataModule(_ImageDataModule):
 
     def _read(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         path = self.data_dir / name
-        cache = path.with_suffix(".npy")
-        if cache.is_file() and cache.stat().st_mtime >= path.stat().st_mtime:
-            table = np.load(cache)
-        else:
-            import pandas as pd
-
-            table = pd.read_csv(path, sep=r"\s+", header=None, dtype=np.float32).to_numpy()
-            np.save(cache, table)
-        if table.ndim != 2 or table.shape[1] != 785:
-            raise ValueError(f"{path}: expected rows of 784 pixels + 1 label (785 columns); got {table.shape}")
-        images = torch.from_numpy(table[:, :784].copy()).view(-1, 1, 28, 28)
-        return images, torch.from_numpy(table[:, 784].astype(np.int64))
+        expected = None if self.EXPECTED_ROWS is None else self.EXPECTED_ROWS.get(name)
+        cache = SourceCache(
+            path.with_suffix(".npz"),
+            [path],
+            key={"format": _AMAT_CACHE_FORMAT, "rows": expected},
+            what=f"MNIST-rot {name}",
+        )
+        arrays = cache.load_or_build(lambda: read_amat(path, expected))
+        images = torch.from_numpy(arrays["pixels"]).view(-1, 1, 28, 28)
+        return images, torch.from_numpy(arrays["labels"])
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits:

@@ -10,20 +10,21 @@ The benchmark (Yi et al. 2016, as packaged for PointNet++) holds one text file p
 Batches are ``(points, category, part_labels)``: points (B, P, 3) float32, category (B,) int64 (index into
 :data:`SHAPENET_CATEGORIES`), part_labels (B, P) int64 (global part ids, see :data:`SHAPENET_CATEGORY_PARTS`).
 
-The text is parsed once per split and cached as ``parsed_{split}.npz`` beside the files.
+The text is parsed and checked once per split and cached as ``parsed_{split}.npz`` beside the files, keyed
+on the content of the files it was parsed from (:mod:`canonical_network.data.cache`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
+from canonical_network.data.cache import SourceCache
 from canonical_network.data.pointclouds import (
     PointCloudDataError,
     PointCloudDataModule,
@@ -50,7 +51,8 @@ SHAPENET_SPLITS = ("train", "val", "test")
 SHAPENET_CATEGORY_FILE = "synsetoffset2category.txt"
 SHAPENET_SPLIT_FILES = {s: f"train_test_split/shuffled_{s}_file_list.json" for s in SHAPENET_SPLITS}
 SHAPENET_ZIP_FOLDER = "shapenetcore_partanno_segmentation_benchmark_v0_normal"
-_CACHE_FORMAT = 1
+# Version of the parsed_{split}.npz layout: bump when parsing or checks change.
+_CACHE_FORMAT = 2
 VAL_SPLITS = ("test", "val")
 
 _HOW_TO_GET = (
@@ -190,6 +192,7 @@ class ShapeNetPartDataModule(PointCloudDataModule):
         self.num_categories = self.NUM_CATEGORIES
         self.num_parts = self.NUM_PARTS
         self.category_parts = self.CATEGORY_PARTS
+        self._caches: dict[tuple, SourceCache] = {}  # one per split list, so each file is hashed once
 
     # ------------------------------------------------------------------ files
     def _root(self) -> Path:
@@ -237,7 +240,8 @@ class ShapeNetPartDataModule(PointCloudDataModule):
     def check_files(self, splits: tuple[str, ...] = SHAPENET_SPLITS) -> dict[str, list[str]]:
         """Shape ids of each split; raises ``FileNotFoundError`` naming every missing file.
 
-        Shape files are only checked for splits without a valid cache.
+        Shape files are only required for splits without a current cache (one parsed from files with the
+        content they have now; shape files deleted after parsing are not needed).
         """
         root = self._root()
         missing = [
@@ -249,38 +253,26 @@ class ShapeNetPartDataModule(PointCloudDataModule):
             raise self._missing_error(root, missing)
         ids = {split: self._split_ids(root, split) for split in splits}
         for split in splits:
-            if not self._cache_valid(root, split, ids[split]):
+            if not self._cache(root, split, ids[split]).is_current():
                 missing += [f"{i}.txt" for i in ids[split] if not (root / f"{i}.txt").is_file()]
         if missing:
             raise self._missing_error(root, missing)
         return ids
 
     # ------------------------------------------------------------------ parsing and cache
-    def _cache_path(self, root: Path, split: str) -> Path:
-        return root / f"parsed_{split}.npz"
-
-    def _cache_valid(self, root: Path, split: str, ids: list[str]) -> bool:
-        """Whether ``parsed_{split}.npz`` exists and was made from this split list (reads only its header)."""
-        path = self._cache_path(root, split)
-        if not path.is_file():
-            return False
-        try:
-            with np.load(path) as cache:  # an .npz reads each array only when it is accessed
-                return int(cache["format"]) == _CACHE_FORMAT and cache["ids"].tolist() == ids
-        except Exception:  # noqa: BLE001 - an unreadable cache is simply rebuilt
-            return False
-
-    def _load_cache(self, root: Path, split: str, ids: list[str]) -> ShapeNetPartShapes | None:
-        path = self._cache_path(root, split)
-        if not self._cache_valid(root, split, ids):
-            return None
-        try:
-            with np.load(path) as cache:
-                arrays = {k: cache[k] for k in ("points", "labels", "offsets", "categories")}
-        except Exception as e:  # noqa: BLE001 - an unreadable cache is simply rebuilt
-            log.warning("ignoring unreadable ShapeNet-part cache %s (%s); re-parsing the text files", path, e)
-            return None
-        return self._shapes(arrays, ids)
+    def _cache(self, root: Path, split: str, ids: list[str]) -> SourceCache:
+        """``parsed_{split}.npz``, keyed on the category file and the split's shape files (their names, in
+        order, and their content)."""
+        name = (root, split, tuple(ids))
+        if name not in self._caches:
+            sources = [root / SHAPENET_CATEGORY_FILE] + [root / f"{shape_id}.txt" for shape_id in ids]
+            self._caches[name] = SourceCache(
+                root / f"parsed_{split}.npz",
+                sources,
+                key={"format": _CACHE_FORMAT},
+                what=f"ShapeNet-part {split}",
+            )
+        return self._caches[name]
 
     @staticmethod
     def _shapes(arrays: dict[str, np.ndarray], ids: list[str]) -> ShapeNetPartShapes:
@@ -330,8 +322,6 @@ class ShapeNetPartDataModule(PointCloudDataModule):
                 + _HOW_TO_GET.format(data_dir=self.data_dir)
             )
         return {
-            "format": np.array(_CACHE_FORMAT),
-            "ids": np.array(ids, dtype=str),
             "points": np.concatenate(points) if points else np.zeros((0, 3), np.float32),
             "labels": np.concatenate(labels) if labels else np.zeros(0, np.uint8),
             "offsets": np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
@@ -341,18 +331,7 @@ class ShapeNetPartDataModule(PointCloudDataModule):
     def _read_split(
         self, root: Path, split: str, ids: list[str], synsets: dict[str, int]
     ) -> ShapeNetPartShapes:
-        shapes = self._load_cache(root, split, ids)
-        if shapes is not None:
-            return shapes
-        arrays = self._parse(root, ids, synsets)
-        path = self._cache_path(root, split)
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            with open(tmp, "wb") as f:
-                np.savez(f, **arrays)
-            os.replace(tmp, path)  # atomic: an interrupted write never leaves a plausible cache
-        except OSError as e:  # e.g. a read-only data folder: parse again next time
-            log.warning("could not write the ShapeNet-part cache %s (%s)", path, e)
+        arrays = self._cache(root, split, ids).load_or_build(lambda: self._parse(root, ids, synsets))
         return self._shapes(arrays, ids)
 
     @staticmethod
