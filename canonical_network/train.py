@@ -302,10 +302,12 @@ def _overrides() -> list[str]:
 
 
 def _print_summary(results: dict, output_dir: Path, loggers: list) -> None:
+    from lightning.pytorch.loggers import WandbLogger
+
     lines = [f"Run folder: {output_dir}", f"Checkpoint tested: {results['checkpoint']}"]
     lines += [f"{k} = {v:.4f}" for k, v in sorted(results["metrics"].items())]
     for lg in loggers:
-        if type(lg).__name__ == "WandbLogger":
+        if isinstance(lg, WandbLogger):
             run_dir = Path(lg.experiment.dir).parent
             offline = getattr(lg.experiment.settings, "mode", "") == "offline" or "offline" in run_dir.name
             lines.append(f"W&B run: {run_dir}" + (f"  (offline; upload with: wandb sync {run_dir})" if offline else ""))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.loggers import WandbLogger
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class CanonicalizedImageGrid(Callback):
         caption = f"epoch {trainer.current_epoch}: top, validation digits; bottom, canonicalized by h"
         save_captioned(grid, caption, out_dir / f"epoch_{trainer.current_epoch:04d}.png")
         for logger in trainer.loggers:
-            if type(logger).__name__ == "WandbLogger":
+            if isinstance(logger, WandbLogger):
                 logger.log_image(key="val/canonicalized", images=[grid], caption=["top: original, bottom: canonical"])
 
 

@@ -13,7 +13,7 @@ import csv
 from typing import Any
 
 from lightning.fabric.loggers.logger import rank_zero_experiment
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 
@@ -63,3 +63,12 @@ class ResumableCSVLogger(CSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _ResumingWriter(self.log_dir, self._keep_previous)
         return self._experiment
+
+
+class QuietWandbLogger(WandbLogger):
+    """Lightning's ``WandbLogger`` without its ``anonymous`` argument, which current wandb no longer takes
+    (it warned "The anonymous setting has no effect" at every run start)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._wandb_init.pop("anonymous", None)
