@@ -176,7 +176,7 @@ def table_cells(spec: dict, runs: list[dict]) -> dict[tuple[str, int], Cell]:
 
 
 def _epochs_text(cell: Cell) -> str:
-    epochs = sorted(int(r["epochs"]) + 1 for r in cell.runs if r.get("epochs") is not None)
+    epochs = sorted(int(r["epochs"]) for r in cell.runs if r.get("epochs") is not None)
     if not epochs:
         return "–"
     return str(epochs[0]) if epochs[0] == epochs[-1] else f"{epochs[0]}–{epochs[-1]}"
@@ -246,7 +246,9 @@ def read_curve(run: dict, metric: str) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
-def _curves_chart(name: str, spec: dict, cells: dict, path: Path) -> bool:
+def _curves_chart(name: str, spec: dict, cells: dict, path: Path) -> list[str] | None:
+    """Draw the validation curves; returns the notes on curves that do not start at epoch 0 (None: no
+    curve at all)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -262,7 +264,9 @@ def _curves_chart(name: str, spec: dict, cells: dict, path: Path) -> bool:
                     label = row["name"] if len(spec["columns"]) == 1 else f"{row['name']} [{column['name']}]"
                     series.append((label, run.get("seed"), curve))
     if not series:
-        return False
+        return None
+    partial = sorted({f"{label} seed {seed} (from epoch {curve[0][0]})" for label, seed, curve in series
+                      if curve[0][0] > 0})
     labels = sorted({s[0] for s in series}, key=[s[0] for s in series].index)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
@@ -275,12 +279,12 @@ def _curves_chart(name: str, spec: dict, cells: dict, path: Path) -> bool:
     ax.set_ylabel(metric)
     if spec.get("lower_is_better") and metric.endswith(("error", "mse", "loss")):
         ax.set_yscale("log")
-    ax.set_title(f"{spec['title']}: validation curves (one line per seed)", fontsize=9)
+    ax.set_title(f"{name}: validation curves, one line per seed", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return True
+    return partial
 
 
 # ----------------------------------------------------------------------------------------------- report
@@ -299,7 +303,7 @@ def _slug(text: str) -> str:
 def render_table(name: str, spec: dict, cells: dict, comparable: bool) -> list[str]:
     digits = spec.get("digits", 2)
     multi = len(spec["columns"]) > 1
-    header = ["Method"] + (["Protocol"] if multi else []) + ["ours (mean ± 95 % CI)", "n", "epochs run",
+    header = ["Method"] + ([spec.get("column_label", "Column")] if multi else []) + ["ours (mean ± 95 % CI)", "n", "epochs run",
                                                             "paper", "Δ (ours − paper)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in spec["rows"]:
@@ -380,7 +384,7 @@ def render_runs(runs: list[dict], root: Path) -> list[str]:
         wall = run_time_s(run)
         machine = run.get("environment.machine") or "not recorded"
         lines.append(f"| `{shown}` | {run.get('experiment')} | {run.get('seed')} | {run.get('status')} | "
-                     f"{dataset_of(run)[0]} | {'–' if run.get('epochs') is None else int(run['epochs']) + 1} | "
+                     f"{dataset_of(run)[0]} | {'–' if run.get('epochs') is None else int(run['epochs'])} | "
                      f"{'–' if wall is None else f'{float(wall) / 60:.1f} min'} | {machine} |")
     return lines
 
@@ -440,8 +444,12 @@ def build_report(folders: list[Path], out: Path) -> Path:
             _bar_chart(name, spec, cells, bar, comparable)
             table_sections += ["", f"![{spec['title']}]({FIGURES}/{bar.name})"]
             curve = figures / f"{slug}_val_curves.png"
-            if _curves_chart(name, spec, cells, curve):
+            partial = _curves_chart(name, spec, cells, curve)
+            if partial is not None:
                 table_sections += ["", f"![validation curves]({FIGURES}/{curve.name})"]
+            if partial:
+                table_sections += ["", "Curves that start late (their metrics.csv lost the earlier epochs to a "
+                                   "resume before the CSV logger kept them): " + "; ".join(partial) + "."]
             table_sections.append("")
     lines += ["## The paper's claims", ""] + render_claims(tables, cells_by_table) + [""]
     lines += ["## Tables", ""] + (table_sections or ["No run belongs to a paper table.", ""])

@@ -85,7 +85,7 @@ def test_report_tables_claims_variants_and_figures(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| CN(p64)-CNN |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     mean, half = report.mean_ci([3.0, 3.2, 3.1])
-    assert cells[1] == f"{mean:.2f} ± {half:.2f}" and cells[2] == "3" and cells[3] == "50"
+    assert cells[1] == f"{mean:.2f} ± {half:.2f}" and cells[2] == "3" and cells[3] == "49"
     assert cells[4] == "1.99 ± 0.10" and cells[5] == f"{mean - 1.99:+.2f}"
     assert "≤ 1 epochs" in text and "50.00" in text  # the smoke run: shown, in its own table
     assert "| CNN (base) | 6.20 ± " in text  # not pooled with the smoke run's 50.0
