@@ -23,10 +23,6 @@ from omegaconf import DictConfig, OmegaConf
 from canonical_network.records import RESULTS_FILE
 from canonical_network.utils.checks import ConfigError, check_choice, validate_run_config
 from canonical_network.utils.config import CONFIG_DIR, PROJECT_ROOT
-from canonical_network.utils.slurm import install_sacct_fallback
-
-# Slurm clusters without accounting: let submitit see job states through scontrol (no-op elsewhere).
-install_sacct_fallback()
 
 log = logging.getLogger("canonical_network.train")
 

@@ -47,3 +47,29 @@ def test_six_job_sweep_runs_at_most_max_jobs_at_once(tmp_path):
 def test_max_jobs_is_checked():
     with pytest.raises(ValueError, match=r"hydra.launcher.max_jobs must be null or an integer >= 1; got 0"):
         BoundedLocalLauncher(max_jobs=0)
+
+
+def test_importing_train_patches_nothing():
+    code = (
+        "import canonical_network.train\n"
+        "from submitit.slurm.slurm import SlurmInfoWatcher\n"
+        "print(getattr(SlurmInfoWatcher._make_command, '_cn_sacct_fallback', False))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr
+
+
+def test_the_slurm_launcher_installs_the_sacct_fallback():
+    from hydra_plugins.canonical_network_launcher import SacctFallbackSlurmLauncher
+
+    from canonical_network.utils import slurm
+
+    if slurm.shutil.which("scontrol") is None:
+        pytest.skip("no scontrol on PATH: the fallback has nothing to patch here")
+    try:
+        SacctFallbackSlurmLauncher(submitit_folder=".", timeout_min=1)
+        from submitit.slurm.slurm import SlurmInfoWatcher
+
+        assert getattr(SlurmInfoWatcher._make_command, "_cn_sacct_fallback", False)
+    finally:
+        slurm.uninstall_sacct_fallback()

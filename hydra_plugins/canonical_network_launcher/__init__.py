@@ -1,4 +1,6 @@
-"""``hydra/launcher=local``: submitit's local executor, with at most ``max_jobs`` jobs running at once.
+"""The project's two launchers (``hydra/launcher=local`` and ``hydra/launcher=slurm``).
+
+``hydra/launcher=local``: submitit's local executor, with at most ``max_jobs`` jobs running at once.
 
 hydra-submitit-launcher's ``LocalLauncher`` hands every job of a sweep to submitit at once, and submitit's
 local executor starts them all: an 18-job table on a 2-core machine is 18 training processes (16 GB
@@ -6,7 +8,11 @@ resident here). :class:`BoundedLocalLauncher` keeps the same code path (each job
 as on Slurm) but runs them as a rolling pool: ``max_jobs`` at a time (default: the machine's cores), the
 next one starting when one ends, results returned in job order.
 
-It lives in the ``hydra_plugins`` namespace because Hydra instantiates launchers from there only.
+``hydra/launcher=slurm``: hydra-submitit-launcher's Slurm launcher that first makes submitit see job states
+through ``scontrol`` on clusters without accounting (:func:`canonical_network.utils.slurm.install_sacct_fallback`);
+installed here, where Slurm is chosen, so importing the package patches nothing.
+
+Both live in the ``hydra_plugins`` namespace because Hydra instantiates launchers from there only.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hydra.core.utils import JobReturn
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
 
 
 class BoundedLocalLauncher(LocalLauncher):
@@ -37,3 +43,13 @@ class BoundedLocalLauncher(LocalLauncher):
 
         with ThreadPoolExecutor(max_workers=min(self.max_jobs, len(job_overrides))) as pool:
             return list(pool.map(one, range(len(job_overrides))))
+
+
+class SacctFallbackSlurmLauncher(SlurmLauncher):
+    """hydra-submitit-launcher's ``SlurmLauncher``, with the ``scontrol`` fallback for job states installed."""
+
+    def __init__(self, **params: Any) -> None:
+        from canonical_network.utils.slurm import install_sacct_fallback
+
+        install_sacct_fallback()
+        super().__init__(**params)
