@@ -60,9 +60,8 @@ def test_importing_train_patches_nothing():
 
 
 def test_the_slurm_launcher_installs_the_sacct_fallback():
-    from hydra_plugins.canonical_network_launcher import SacctFallbackSlurmLauncher
-
     from canonical_network.utils import slurm
+    from hydra_plugins.canonical_network_launcher import SacctFallbackSlurmLauncher
 
     if slurm.shutil.which("scontrol") is None:
         pytest.skip("no scontrol on PATH: the fallback has nothing to patch here")
