@@ -91,6 +91,7 @@ NEUTRAL_OVERRIDE_PREFIXES = (
     "experiment=", "seed=", "hydra.", "logger", "~callbacks.rich_progress_bar", "callbacks.rich_progress_bar",
     "trainer.max_epochs=", "trainer.enable_progress_bar=", "canonicalization.checkpoint=", "trainer=",
     "data.num_workers=", "paths.", "sweep=", "matmul_precision=",
+    "data.rotation=",  # selects the column of a point-cloud table (matched through config.data.rotation)
 )
 
 

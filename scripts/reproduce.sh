@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The runs behind docs/reproduction/REPRODUCTION.md, stage by stage, each resumable: rerunning a stage skips
+# its finished jobs and resumes unfinished ones from their last.ckpt (scripts/run_protocol.py).
+#
+#   scripts/reproduce.sh rotmnist        # Tables 1-2 rows, 100 epochs (App. G.1 early stopping), seeds 0-2
+#   scripts/reproduce.sh rotmnist-ablations
+#   scripts/reproduce.sh nbody           # the 7 rows of Table 3, 1,000 epochs, seeds 0-1
+#   scripts/reproduce.sh nbody-ablations
+#   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
+#   scripts/reproduce.sh report          # copy the small records into docs/ and rebuild the report
+#
+# JOBS (default 2) jobs run at once, each with cores / JOBS threads. OUT (default outputs/reproduction) holds
+# the run folders. On a GPU machine add trainer=gpu through EXTRA, e.g. EXTRA="trainer=gpu" JOBS=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PY:-.venv/bin/python}"
+OUT="${OUT:-outputs/reproduction}"
+JOBS="${JOBS:-2}"
+EXTRA="${EXTRA:-}"
+COMMON=(logger=csv "~callbacks.rich_progress_bar")
+run() {  # run <variant or ""> <seeds> <experiments...> -- <overrides...>
+  local variant="$1" seeds="$2"; shift 2
+  local args=(--out "$OUT" --jobs "$JOBS" --seeds $seeds)
+  [[ -n "$variant" ]] && args+=(--variant "$variant")
+  local experiments=()
+  while [[ $# -gt 0 && "$1" != "--" ]]; do experiments+=("$1"); shift; done
+  [[ $# -gt 0 ]] && shift
+  # shellcheck disable=SC2086
+  "$PY" scripts/run_protocol.py "${args[@]}" --experiments "${experiments[@]}" -- "${COMMON[@]}" "$@" $EXTRA
+}
+
+ROTMNIST_ROWS=(rotmnist/cn_p64 rotmnist/cnn rotmnist/cnn_aug rotmnist/cn_pca rotmnist/cn_p4_frozen rotmnist/cn_p4
+               rotmnist/cn_pretrained)
+NBODY_ROWS=(nbody/linear nbody/gnn nbody/egnn nbody/cn_gnn nbody/cn_gnn_o3 nbody/cn_gnn_frozen nbody/fa_gnn)
+
+case "${1:-}" in
+  rotmnist)
+    run "" "0 1 2" "${ROTMNIST_ROWS[@]}" -- trainer.max_epochs=100 ;;
+  rotmnist-gcnn)  # minutes per epoch on a CPU: meant for a GPU (EXTRA="trainer=gpu")
+    run "" "0" rotmnist/gcnn_p4 rotmnist/gcnn_p4_eqparams rotmnist/gcnn_p64_eqparams rotmnist/cn_opt \
+      -- trainer.max_epochs=100 ;;
+  rotmnist-ablations)  # what moves the CN(p64) gap (issue 10): capacity, filters, early stopping, lr, temperature
+    run h16 "0 1 2" rotmnist/cn_p64 -- trainer.max_epochs=100 canonicalization.hidden_channels=16
+    run h32 "0 1 2" rotmnist/cn_p64 -- trainer.max_epochs=100 canonicalization.hidden_channels=32
+    run free16 "0 1 2" rotmnist/cn_p64 -- trainer.max_epochs=100 canonicalization.filters=free \
+      canonicalization.hidden_channels=16
+    run no_early_stop "0 1 2" rotmnist/cn_p64 rotmnist/cnn_aug -- trainer.max_epochs=100 \
+      callbacks.early_stopping=null test_ckpt=last
+    run canon_lr1e-2 "0 1 2" rotmnist/cn_p64 -- trainer.max_epochs=100 model.canonicalizer_lr=0.01
+    run temp0.1 "0 1 2" rotmnist/cn_p64 -- trainer.max_epochs=100 canonicalization.temperature=0.1
+    run train4400 "0 1 2" rotmnist/cn_p64 rotmnist/cnn_aug -- trainer.max_epochs=100 data.train_per_class=440 ;;
+  nbody)  # every row the same epochs; FA-GNN costs 8 GNN passes per sample
+    run "" "0 1" "${NBODY_ROWS[@]}" -- trainer.max_epochs=1000 ;;
+  nbody-ablations)
+    run dropout0 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.dropout=0.0
+    run dropout0.2 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.dropout=0.2
+    run lr5e-4 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 model.optimizer.lr=0.0005 ;;
+  pointclouds)
+    for rotation in z/z z/so3 so3/so3; do
+      run "${rotation//\//_}" "0 1" modelnet/pointnet modelnet/dgcnn modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \
+        modelnet/cn_frozen_pointnet -- data.rotation="$rotation" trainer.max_epochs=30
+    done ;;
+  report)
+    "$PY" scripts/collect_runs.py "$OUT" docs/reproduction/runs
+    "$PY" -m canonical_network.report docs/reproduction/runs --out docs/reproduction ;;
+  *)
+    sed -n '2,13p' "$0"; exit 2 ;;
+esac
