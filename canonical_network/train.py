@@ -103,13 +103,17 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> str | None:
     return str(fallback)
 
 
-def _slurm_plugins() -> dict:
-    """Under Slurm, requeueing is submitit's job (configs/hydra/launcher/slurm.yaml): switch Lightning's off."""
+def _trainer_plugins() -> list:
+    """Checkpoints written atomically; under Slurm, requeueing left to submitit (configs/hydra/launcher/
+    slurm.yaml), so Lightning's own is switched off."""
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
+    from canonical_network.utils.checkpoints import AtomicCheckpointIO
+
+    plugins: list = [AtomicCheckpointIO()]
     if SLURMEnvironment.detect():
-        return {"plugins": [SLURMEnvironment(auto_requeue=False)]}
-    return {}
+        plugins.append(SLURMEnvironment(auto_requeue=False))
+    return plugins
 
 
 def environment(trainer=None) -> dict[str, Any]:
@@ -241,7 +245,7 @@ def _run(cfg: DictConfig) -> dict[str, Any]:
         loggers = instantiate_loggers(cfg, output_dir)
         trainer = hydra.utils.instantiate(
             cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir),
-            **_slurm_plugins(),
+            plugins=_trainer_plugins(),
         )
     except Exception as error:
         raise ConfigError(str(error)) from error

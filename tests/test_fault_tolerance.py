@@ -122,3 +122,39 @@ def test_second_run_into_a_busy_folder_refuses_and_the_first_completes(tmp_path)
     again = subprocess.run(_cmd(run_dir, "seed=1", "trainer.max_epochs=4"), cwd=PROJECT_ROOT, env=_env(),
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
+
+
+def test_checkpoint_writes_are_atomic(tmp_path, monkeypatch):
+    import torch
+
+    from canonical_network.utils import checkpoints
+
+    path = tmp_path / "last.ckpt"
+    checkpoints.atomic_torch_save({"epoch": 1}, path)
+    before = path.read_bytes()
+
+    def dies_midway(obj, stream):
+        stream.write(b"PK\x03\x04 half a checkpoint")
+        raise KeyboardInterrupt  # as a SIGINT/SIGTERM would, in the middle of the write
+
+    monkeypatch.setattr(checkpoints.torch, "save", dies_midway)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoints.atomic_torch_save({"epoch": 2}, path)
+    assert path.read_bytes() == before  # the old checkpoint, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # no temporary file left behind
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True) == {"epoch": 1}
+
+
+def test_trainer_uses_the_atomic_writer(tmp_path, monkeypatch):
+    from canonical_network.train import run
+    from canonical_network.utils import checkpoints
+    from tests.conftest import compose_config, shrink
+
+    saved = []
+    original = checkpoints.atomic_torch_save
+    monkeypatch.setattr(checkpoints, "atomic_torch_save", lambda obj, path: (saved.append(str(path)), original(obj, path)))
+    results = run(shrink(compose_config(["experiment=rotmnist/cnn", "model.orbit_rotations=0"], tmp_path)))
+    assert results["status"] == "completed"
+    assert str(tmp_path / "checkpoints" / "last.ckpt") in saved  # every checkpoint of the run went through it
+    assert all(p.startswith(str(tmp_path / "checkpoints")) for p in saved)
