@@ -23,7 +23,11 @@ def test_lean_normalisation_equals_escnns(shape):
     sizes = torch.randint(1, shape[1] + 1, (shape[0],), generator=gen).to(basis.dtype)
     expected = escnn_compat.ESCNN_NORMALIZE_BASIS(basis.clone(), sizes)
     result = escnn_compat.lean_normalize_basis(basis.clone(), sizes)
-    torch.testing.assert_close(result, expected, rtol=1e-12, atol=1e-15)
+    # The two normalisations sum the same ≤ 64 · 81 = 5,184 squares per element in other orders (≤ 2¹³ eps64
+    # of their magnitudes), relative to each element; absolute against the whole basis' scale for entries
+    # near zero. Exact zeros stay zeros either way.
+    tol = 2**13 * torch.finfo(torch.float64).eps
+    torch.testing.assert_close(result, expected, rtol=tol, atol=tol * expected.abs().max().item())
     assert not torch.equal(result, basis)  # it did normalise
 
 

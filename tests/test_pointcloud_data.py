@@ -45,6 +45,11 @@ from canonical_network.tasks.metrics import (
     restricted_argmax,
     shape_miou,
 )
+from tests.helpers import EPS32, rel_tol
+
+#: Rotating float32 points rounds each coordinate by ≤ 3 eps of the cloud's scale (3-term products); a
+#: coordinate the rotation keeps meets only exact zeros and a one: 4 eps of the scale bounds both.
+ROTATED = 4
 
 
 class FakeTrainer:
@@ -102,7 +107,9 @@ def test_modelnet_reads_h5_files_in_batch_format(modelnet_dir):
     y_axis = ModelNet40DataModule(data_dir=str(root), rotation="z/z", rotation_axis="y")
     y_axis.setup()
     rotated = y_axis.splits["test"].tensors[0]
-    assert torch.allclose(rotated[..., 1], points[..., 1], atol=1e-6)  # about y: y kept, x and z turned
+    # about y: y kept (its row and column of the rotation are exact zeros and a one; ROTATED), x and z turned
+    # (by O(1), not by rounding)
+    assert (rotated[..., 1] - points[..., 1]).abs().max() < rel_tol(points, factor=ROTATED)
     assert not torch.allclose(rotated[..., 2], points[..., 2], atol=1e-3)
 
 
@@ -206,8 +213,11 @@ def test_shapenet_reads_text_files_in_batch_format(shapenet_dir):
     # Normalised (centred on the centroid, farthest point on the unit sphere), as pc_normalize does.
     # m2 has 100 points, resampled to 128: every point at least once, and nothing else.
     distances = torch.cdist(points[1].double(), torch.from_numpy(_pc_normalize(tables["m2"][:, :3])).double())
-    assert distances.min(dim=1).values.max() < 1e-5 and distances.min(dim=0).values.max() < 1e-5
-    assert points.norm(dim=-1).max() <= 1 + 1e-5
+    # float32 normalisation against float64: a centroid of 100 points (≤ 100 eps) and a division, on
+    # coordinates ≤ 1: 2⁷ eps32 ≈ 1.5e-5 (a wrong or missing point is off by O(0.1)).
+    tol = 2**7 * EPS32
+    assert distances.min(dim=1).values.max() < tol and distances.min(dim=0).values.max() < tol
+    assert points.norm(dim=-1).max() <= 1 + 2**3 * EPS32  # a 3-term norm and a division: ≤ ~4 eps over 1
     val_dm = ShapeNetPartDataModule(data_dir=str(root), num_points=128, val_split="val")
     val_dm.setup()
     assert (len(val_dm.splits["train"]), len(val_dm.splits["val"])) == (3, 1)
@@ -278,7 +288,9 @@ def test_shapenet_cache_notices_files_replaced_by_older_ones(shapenet_dir):
     names = [SHAPENET_CATEGORIES[c] for c in again.splits["test"].tensors[1].tolist()]
     t2 = names.index("Table")
     old_points, new_points = first.splits["test"].tensors[0][t2], again.splits["test"].tensors[0][t2]
-    assert torch.allclose(new_points, old_points + 10.0, atol=1e-4)
+    # both files hold 6-decimal text, exact after +10; read as float32, each value |x| < 16 is off by at most
+    # half an ulp at 16, i.e. 8·eps32: the difference of two such values by at most 16·eps32
+    assert torch.allclose(new_points, old_points + 10.0, atol=16 * torch.finfo(torch.float32).eps, rtol=0)
     others = [i for i in range(len(names)) if i != t2]
     assert torch.equal(again.splits["test"].tensors[0][others], first.splits["test"].tensors[0][others])
 
@@ -437,12 +449,14 @@ def _test_points(rotation: str, seed: int = 0) -> torch.Tensor:
 def test_fixed_test_rotations():
     upright = _test_points("none/none")
     z = _test_points("z/z")
-    assert torch.allclose(z[..., 2], upright[..., 2], atol=1e-6)  # z rotations keep the up coordinate
-    assert not torch.allclose(z[..., :2], upright[..., :2], atol=1e-3)
-    assert torch.allclose(z.norm(dim=-1), upright.norm(dim=-1), atol=1e-5)
+    # z rotations keep the up coordinate (exact zeros and a one in its row: ROTATED) and the norms (a
+    # rotation rounds each coordinate by ≤ 3 eps of the norm, the norm itself ≤ 2 eps: 2·ROTATED)
+    assert (z[..., 2] - upright[..., 2]).abs().max() < rel_tol(upright, factor=ROTATED)
+    assert not torch.allclose(z[..., :2], upright[..., :2], atol=1e-3)  # moved by O(1), not by rounding
+    assert (z.norm(dim=-1) - upright.norm(dim=-1)).abs().max() < rel_tol(upright, factor=2 * ROTATED)
     so3 = _test_points("z/so3")
     assert not torch.allclose(so3[..., 2], upright[..., 2], atol=1e-3)
-    assert torch.allclose(so3.norm(dim=-1), upright.norm(dim=-1), atol=1e-5)
+    assert (so3.norm(dim=-1) - upright.norm(dim=-1)).abs().max() < rel_tol(upright, factor=2 * ROTATED)
     assert torch.equal(so3, _test_points("so3/so3"))  # fixed per test sample, whatever the training side
     assert torch.equal(z, _test_points("z/z"))  # identical across instantiations
     assert not torch.equal(so3, _test_points("z/so3", seed=1))
@@ -454,11 +468,11 @@ def test_training_rotations_fresh_per_batch_and_only_in_training():
     z = SyntheticShapesDataModule(rotation="z/so3")
     assert z.on_after_batch_transfer(batch, 0)[0] is points  # no trainer: untouched
     first, second = _train_batch(z, batch)[0], _train_batch(z, batch)[0]
-    assert torch.allclose(first[..., 2], points[..., 2], atol=1e-6)
-    assert not torch.allclose(first, second, atol=1e-3)  # a fresh rotation per batch
+    assert (first[..., 2] - points[..., 2]).abs().max() < rel_tol(points, factor=ROTATED)
+    assert not torch.allclose(first, second, atol=1e-3)  # a fresh rotation per batch: O(1) apart
     so3 = _train_batch(SyntheticShapesDataModule(rotation="so3/so3"), batch)[0]
     assert not torch.allclose(so3[..., 2], points[..., 2], atol=1e-3)
-    assert torch.allclose(so3.norm(dim=-1), points.norm(dim=-1), atol=1e-5)
+    assert (so3.norm(dim=-1) - points.norm(dim=-1)).abs().max() < rel_tol(points, factor=2 * ROTATED)
     assert _train_batch(SyntheticShapesDataModule(rotation="none/so3"), batch)[0] is points
     evaluating = SyntheticShapesDataModule(rotation="so3/so3")
     evaluating.trainer = type("Evaluating", (), {"training": False})()

@@ -95,6 +95,7 @@ def test_amat_reader_splits_train_and_validation(tmp_path):
     dm.setup()
     assert [len(dm.splits[s]) for s in ("train", "val", "test")] == [10, 2, 5]
     val_images, val_labels = dm.splits["val"].tensors
+    # the .amat text holds 6 decimals (±5e-7) and pixels in [0, 1] are read as float32 (±2⁻²⁵): 1e-6 covers both
     np.testing.assert_allclose(val_images.view(2, -1).numpy(), train[10:, :784], atol=1e-6)
     assert val_labels.tolist() == train[10:, 784].astype(int).tolist()
     assert dm.splits["test"].tensors[1].tolist() == test[:, 784].astype(int).tolist()

@@ -36,8 +36,11 @@ def test_row_runs_end_to_end_with_orbit_metrics(experiment, tmp_path):
     assert written["experiment"] == experiment and written["status"] == "completed"
     metrics = written["metrics"]
     orbit = [metrics[f"test/orbit/error_g{k}"] for k in range(4)]
-    assert orbit[0] == pytest.approx(metrics["test/error"], abs=1e-4)  # g0 is the identity
-    assert metrics["test/orbit/error_max"] == pytest.approx(max(orbit), abs=1e-4)
-    assert metrics["test/orbit/error_worst"] >= metrics["test/orbit/error_max"] - 1e-4
+    # Percentages over the test batch: one image more or less moves them by ≥ 100 / 16 (one batch of 16,
+    # limit_test_batches=1), float32 averaging by ≤ ~1e-5, so half a step separates equal from different.
+    tol = 50.0 / 16
+    assert orbit[0] == pytest.approx(metrics["test/error"], abs=tol)  # g0 is the identity
+    assert metrics["test/orbit/error_max"] == pytest.approx(max(orbit), abs=tol)
+    assert metrics["test/orbit/error_worst"] >= metrics["test/orbit/error_max"] - tol
     assert 0.0 <= metrics["test/orbit/inconsistent"] <= 100.0
     assert written["params"]["total"] > 0
