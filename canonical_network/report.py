@@ -344,25 +344,43 @@ def render_claims(tables: dict, cells_by_table: dict) -> list[str]:
     return lines if any_row else ["No claim has runs on both of its sides yet."]
 
 
-def render_variants(runs: list[dict]) -> list[str]:
-    """Ablation runs, grouped by experiment, data, budget and the overrides that make them a variant."""
+def _values(runs: list[dict], metric: str) -> list[float]:
+    return [float(r["metrics"][metric]) for r in runs
+            if r.get("status") == "completed" and metric in r["metrics"] and math.isfinite(float(r["metrics"][metric]))]
+
+
+def render_variants(runs: list[dict], row_runs: list[dict]) -> list[str]:
+    """Ablation runs, grouped by experiment, data, budget and the overrides that make them a variant, each
+    beside the row's own runs of the same data and budget: the difference and its 95 % Welch interval say
+    whether the change moves the result."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for run in runs:
         groups[(run.get("experiment"), dataset_of(run)[0], budget_of(run), variant_of(run))].append(run)
-    lines = ["| Experiment | variant (overrides) | data, budget | metric | mean ± 95 % CI | n | epochs run |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| Experiment | variant (overrides) | data, budget | metric | variant: mean ± 95 % CI (n) | "
+             "row default: mean ± 95 % CI (n) | variant − default (95 % CI) | epochs run |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def text(values: list[float]) -> str:
+        if not values:
+            return "–"
+        m, h = mean_ci(values)
+        return f"{m:.4g}" + (f" ± {h:.2g}" if h is not None else "") + f" ({len(values)})"
+
     for (experiment, data, budget, variant), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
         ok = [r for r in members if r.get("status") == "completed" and r["metrics"]]
         metric = _headline_metric(ok[0]["metrics"]) if ok else None
-        values = [float(r["metrics"][metric]) for r in ok if metric in r["metrics"]]
-        if values:
-            m, h = mean_ci(values)
-            text = f"{m:.4g}" + (f" ± {h:.2g}" if h is not None else "")
+        values = _values(members, metric) if metric else []
+        defaults = [r for r in row_runs if r.get("experiment") == experiment and dataset_of(r)[0] == data
+                    and budget_of(r) == budget]
+        base = _values(defaults, metric) if metric else []
+        if values and base:
+            diff, half, _ = welch_interval(values, base)
+            delta = f"{diff:+.3g}" + (f" ± {half:.2g}" if half is not None else " (n < 2)")
         else:
-            text = "failed: " + str(members[0].get("error") or members[0].get("status"))[:60]
-        cell = Cell(values, ok)
-        lines.append(f"| {experiment} | `{' '.join(variant) or '(row default)'}` | {data}, {budget} | "
-                     f"{metric or '–'} | {text} | {len(values)} | {_epochs_text(cell)} |")
+            delta = "–"
+        shown = text(values) if values else "failed: " + str(members[0].get("error") or members[0].get("status"))[:60]
+        lines.append(f"| {experiment} | `{' '.join(variant)}` | {data}, {budget} | {metric or '–'} | {shown} | "
+                     f"{text(base)} | {delta} | {_epochs_text(Cell(values, ok))} |")
     return lines
 
 
@@ -456,7 +474,7 @@ def build_report(folders: list[Path], out: Path) -> Path:
     if variants:
         lines += ["## Ablations and variants", "",
                   "Runs whose overrides change a row's config, grouped by those overrides.", ""]
-        lines += render_variants(variants) + [""]
+        lines += render_variants(variants, row_runs) + [""]
     lines += ["## Commands", "", "Each distinct command (run folder left out: rerunning with "
               "`hydra.run.dir=<run folder>` resumes it):", "", "```"]
     lines += sorted({command_of(r) for r in runs}) + ["```", ""]

@@ -102,6 +102,9 @@ def test_report_tables_claims_variants_and_figures(tmp_path):
     assert "**not resolved (n < 2)**" in claim
 
     assert "## Ablations and variants" in text and "canonicalization.hidden_channels=32" in text
+    variant = next(line for line in text.splitlines() if "canonicalization.hidden_channels=32` |" in line)
+    # beside the row's own runs of the same data and budget, with the difference (n = 1: no interval)
+    assert "| 30 (1) | 3.1 ± 0.25 (3) | +26.9 (n < 2) |" in variant
     assert "Test CPU, 2 cores, CPU" in text
     assert "python -m canonical_network.train experiment=rotmnist/cn_p64 seed=0 " \
            "canonicalization.hidden_channels=32" in text
