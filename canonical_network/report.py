@@ -469,6 +469,18 @@ def build_report(folders: list[Path], out: Path) -> Path:
                 table_sections += ["", "Curves that start late (their metrics.csv lost the earlier epochs to a "
                                    "resume before the CSV logger kept them): " + "; ".join(partial) + "."]
             table_sections.append("")
+    # The claims also under each ablation that ran on both sides of a claim (e.g. no early stopping for both
+    # CN(p64) and augmentation), marked with the ablation's overrides.
+    by_variant: dict[tuple[str, ...], list[dict]] = defaultdict(list)
+    for run in variants:
+        by_variant[variant_of(run)].append(run)
+    for variant, members in sorted(by_variant.items()):
+        for group, group_runs in _groups(members):
+            for name, spec in tables.items():
+                cells = table_cells(spec, group_runs)
+                if any(c.values for c in cells.values()):
+                    key = (group[0], f"{group[1]}, with `{' '.join(variant)}`")
+                    cells_by_table.setdefault(name, {})[key] = cells
     lines += ["## The paper's claims", ""] + render_claims(tables, cells_by_table) + [""]
     lines += ["## Tables", ""] + (table_sections or ["No run belongs to a paper table.", ""])
     if variants:
