@@ -28,11 +28,11 @@ import math
 import statistics
 import sys
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from canonical_network.records import budget_of, budget_sort_key, dataset_of, load_runs, variant_of
-from canonical_network.tables import paper_tables
+from canonical_network.tables import Cell, build_table, paper_tables
 
 REPORT_FILE = "REPRODUCTION.md"
 FIGURES = "figures"
@@ -147,36 +147,18 @@ def verdict(claim: Claim, diff: float, half: float | None, lower_is_better: bool
 
 
 # ----------------------------------------------------------------------------------------------- runs
-@dataclass
-class Cell:
-    values: list[float] = field(default_factory=list)
-    runs: list[dict] = field(default_factory=list)
-
-    def summary(self) -> tuple[float, float | None] | None:
-        return mean_ci(self.values) if self.values else None
-
-
 def table_cells(spec: dict, runs: list[dict]) -> dict[tuple[str, int], Cell]:
-    """Runs of the rows' own configs (no variant), matched to cells as the tables tool matches them."""
-    cells: dict[tuple[str, int], Cell] = {}
-    for row in spec["rows"]:
-        row_match = dict(row.get("match") or {"experiment": row["experiment"]})
-        for j, column in enumerate(spec["columns"]):
-            match = {**row_match, **(column.get("match") or {})}
-            cell = cells.setdefault((row["name"], j), Cell())
-            for run in runs:
-                if run.get("status") != "completed" or not all(run.get(k) == v for k, v in match.items()):
-                    continue
-                value = run["metrics"].get(spec["metric"])
-                if value is None or not math.isfinite(float(value)):
-                    continue
-                cell.values.append(float(value) * spec.get("scale", 1.0))
-                cell.runs.append(run)
-    return cells
+    """The tables tool's cells (same matching), keyed by ``(row name, column index)``."""
+    return {(name, j): cell for name, cells in build_table(spec, runs) for j, cell in enumerate(cells)}
 
 
-def _epochs_text(cell: Cell) -> str:
-    epochs = sorted(int(r["epochs"]) for r in cell.runs if r.get("epochs") is not None)
+def summary(cell: Cell) -> tuple[float, float | None] | None:
+    """Mean and 95 % half-width of a cell, None when it has no value."""
+    return mean_ci(cell.values) if cell.values else None
+
+
+def _epochs_text(runs: list[dict]) -> str:
+    epochs = sorted(int(r["epochs"]) for r in runs if r.get("epochs") is not None)
     if not epochs:
         return "–"
     return str(epochs[0]) if epochs[0] == epochs[-1] else f"{epochs[0]}–{epochs[-1]}"
@@ -201,7 +183,7 @@ def _bar_chart(name: str, spec: dict, cells: dict, path: Path, comparable: bool)
     labels, ours, ours_err, paper, paper_err = [], [], [], [], []
     for row in spec["rows"]:
         for j, column in enumerate(spec["columns"]):
-            s = cells[(row["name"], j)].summary()
+            s = summary(cells[(row["name"], j)])
             if s is None:
                 continue
             label = row["name"] if len(spec["columns"]) == 1 else f"{row['name']} [{column['name']}]"
@@ -309,7 +291,7 @@ def render_table(name: str, spec: dict, cells: dict, comparable: bool) -> list[s
     for row in spec["rows"]:
         for j, column in enumerate(spec["columns"]):
             cell = cells[(row["name"], j)]
-            s = cell.summary()
+            s = summary(cell)
             p_mean, p_std = _paper(row, j)
             paper = "–" if p_mean is None else _fmt(p_mean, digits) + (f" ± {_fmt(p_std, digits)}" if p_std else "")
             if not comparable:
@@ -318,7 +300,7 @@ def render_table(name: str, spec: dict, cells: dict, comparable: bool) -> list[s
                 delta = f"{s[0] - p_mean:+.{digits}f}" if (s and p_mean is not None) else "–"
             ours = "–" if s is None else _fmt(s[0], digits) + (f" ± {_fmt(s[1], digits)}" if s[1] is not None else "")
             lines.append("| " + " | ".join([row["name"]] + ([column["name"]] if multi else [])
-                                           + [ours, str(len(cell.values)), _epochs_text(cell), paper, delta]) + " |")
+                                           + [ours, str(len(cell.values)), _epochs_text(cell.runs), paper, delta]) + " |")
     return lines
 
 
@@ -380,7 +362,7 @@ def render_variants(runs: list[dict], row_runs: list[dict]) -> list[str]:
             delta = "–"
         shown = text(values) if values else "failed: " + str(members[0].get("error") or members[0].get("status"))[:60]
         lines.append(f"| {experiment} | `{' '.join(variant)}` | {data}, {budget} | {metric or '–'} | {shown} | "
-                     f"{text(base)} | {delta} | {_epochs_text(Cell(values, ok))} |")
+                     f"{text(base)} | {delta} | {_epochs_text(ok)} |")
     return lines
 
 

@@ -19,7 +19,7 @@ import math
 import statistics
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -66,9 +66,13 @@ def load_wandb_runs(project: str, group: str | None = None, api=None) -> list[di
 
 @dataclass
 class Cell:
+    """One table cell: the finite metric values of its completed runs (``runs``, in the same order), why the
+    others are missing, and the paper's ``(mean, std)``."""
+
     values: list[float]
     failures: list[str]
     paper: tuple[float | None, float | None] | None
+    runs: list[dict] = field(default_factory=list)
 
     @property
     def mean(self) -> float | None:
@@ -93,11 +97,12 @@ def build_table(spec: dict, runs: Iterable[dict]) -> list[tuple[str, list[Cell]]
             match = {**row_match, **(column.get("match") or {})}
             selected = [r for r in runs if _matches(r, match)]
             ok = [r for r in selected if r["status"] == "completed" and spec["metric"] in r["metrics"]]
-            values = [float(r["metrics"][spec["metric"]]) * spec.get("scale", 1.0) for r in ok]
-            values = [v for v in values if math.isfinite(v)]
+            scored = [(float(r["metrics"][spec["metric"]]) * spec.get("scale", 1.0), r) for r in ok]
+            scored = [(v, r) for v, r in scored if math.isfinite(v)]
             failures = [str(r.get("error") or r["status"]) for r in selected if r not in ok]
             paper = row.get("paper", [None] * len(spec["columns"]))[j]
-            cells.append(Cell(values, failures, tuple(paper) if paper else None))
+            cells.append(Cell([v for v, _ in scored], failures, tuple(paper) if paper else None,
+                              [r for _, r in scored]))
         rows.append((row["name"], cells))
     return rows
 
