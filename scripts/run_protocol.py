@@ -31,11 +31,9 @@ from pathlib import Path
 DEPENDS_ON = {"rotmnist/cn_pretrained": ("rotmnist/cn_p64", "canonicalization.checkpoint")}
 
 
-VARIANT = ""  # set from --variant
-
-
-def job_dir(out: Path, experiment: str, seed: int) -> Path:
-    return out / experiment / VARIANT / f"seed{seed}" if VARIANT else out / experiment / f"seed{seed}"
+def job_dir(out: Path, experiment: str, seed: int, variant: str = "") -> Path:
+    """``<out>/<experiment>[/<variant>]/seed<k>``."""
+    return out / experiment / variant / f"seed{seed}" if variant else out / experiment / f"seed{seed}"
 
 
 def completed(run_dir: Path) -> dict | None:
@@ -47,16 +45,16 @@ def completed(run_dir: Path) -> dict | None:
 
 
 def run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
-            finished: dict[tuple[str, int], threading.Event]) -> str:
+            finished: dict[tuple[str, int], threading.Event], variant: str = "") -> str:
     try:
-        return _run_job(out, experiment, seed, overrides, threads, finished)
+        return _run_job(out, experiment, seed, overrides, threads, finished, variant)
     finally:
         finished[(experiment, seed)].set()
 
 
 def _run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
-             finished: dict[tuple[str, int], threading.Event]) -> str:
-    run_dir = job_dir(out, experiment, seed)
+             finished: dict[tuple[str, int], threading.Event], variant: str) -> str:
+    run_dir = job_dir(out, experiment, seed, variant)
     if completed(run_dir):
         return f"skip {experiment} seed {seed} (completed)"
     extra = []
@@ -64,7 +62,7 @@ def _run_job(out: Path, experiment: str, seed: int, overrides: list[str], thread
         source, key = DEPENDS_ON[experiment]
         if (source, seed) in finished:  # queued before this job, so it is running or done: wait for it
             finished[(source, seed)].wait()
-        record = completed(job_dir(out, source, seed))
+        record = completed(job_dir(out, source, seed, variant))
         if record is None:
             return f"FAILED {experiment} seed {seed}: {source} seed {seed} has not completed in {out}"
         extra.append(f"{key}={record['checkpoint']}")
@@ -95,8 +93,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     if args.variant and not args.variant.replace("_", "").replace("-", "").replace(".", "").isalnum():
         parser.error(f"--variant must be a plain folder name (letters, digits, _ - .), got {args.variant!r}")
-    global VARIANT
-    VARIANT = args.variant
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     args.out.mkdir(parents=True, exist_ok=True)
     # Seeds outer, so every row has a first seed before any row has a third; the sources of dependencies
@@ -107,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     finished = {job: threading.Event() for job in jobs}
     failures = 0
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for message in pool.map(lambda job: run_job(args.out, *job, args.overrides, threads, finished), jobs):
+        for message in pool.map(lambda job: run_job(args.out, *job, args.overrides, threads, finished, args.variant), jobs):
             print(message, flush=True)
             failures += message.startswith("FAILED")
     return 1 if failures else 0

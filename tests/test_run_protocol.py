@@ -60,13 +60,19 @@ def test_collect_copies_only_the_records_of_completed_runs(tmp_path):
         "a/seed0/csv/metrics.csv", "a/seed0/results.json"]
 
 
-def test_variants_get_their_own_folders(tmp_path, monkeypatch):
+def test_variants_get_their_own_folders(tmp_path):
     sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
     import run_protocol
 
     assert run_protocol.job_dir(tmp_path, "rotmnist/cn_p64", 2) == tmp_path / "rotmnist" / "cn_p64" / "seed2"
-    monkeypatch.setattr(run_protocol, "VARIANT", "h16")
-    assert run_protocol.job_dir(tmp_path, "rotmnist/cn_p64", 2) == tmp_path / "rotmnist" / "cn_p64" / "h16" / "seed2"
+    assert run_protocol.job_dir(tmp_path, "rotmnist/cn_p64", 2, "h16") == tmp_path / "rotmnist" / "cn_p64" / "h16" / "seed2"
+    # the command line's --variant reaches the job folders: a finished variant job is found there and skipped
+    done = tmp_path / "rotmnist" / "cnn" / "h16" / "seed0"
+    done.mkdir(parents=True)
+    (done / "results.json").write_text(json.dumps({"status": "completed"}))
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--variant", "h16", "--seeds", "0",
+                           "--experiments", "rotmnist/cnn"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "skip rotmnist/cnn seed 0 (completed)" in proc.stdout
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--variant", "../x",
                            "--experiments", "rotmnist/cnn"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--variant must be a plain folder name" in proc.stderr
