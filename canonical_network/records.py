@@ -1,8 +1,11 @@
 """Run records: the ``results.json`` that ``train`` writes, and what ``tables`` and ``report`` read from it.
 
-One record per run folder, flattened for matching: ``experiment``, ``status``, ``seed``, ``epochs``,
-``metrics`` (a dict of ``test/*`` values), ``overrides`` (the command line), ``config.<dotted key>`` and
-``environment.<key>`` (where it ran). Besides loading, this module says what a run *was*: its data set
+The one home of the record: its fields (:class:`RunResults`), its file name (:data:`RESULTS_FILE`), writing
+it (:func:`write_results`) and reading it back (:func:`read_results`, :func:`find_results`).
+
+For ``tables`` and ``report`` there is one record per run folder, flattened for matching: ``experiment``,
+``status``, ``seed``, ``epochs``, ``metrics`` (a dict of ``test/*`` values), ``overrides`` (the command line),
+``config.<dotted key>`` and ``environment.<key>`` (where it ran). Besides loading, this module says what a run *was*: its data set
 (:func:`dataset_of`), its budget (:func:`budget_of`), the overrides that make it an ablation of its row
 (:func:`variant_of`), and what each logged metric means (:data:`METRICS`), so that no reader compares runs
 that are not comparable.
@@ -12,12 +15,72 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 RESULTS_FILE = "results.json"
+
+
+class _RecordedByEveryRun(TypedDict):
+    experiment: str | None  # the experiment's name (``experiment_name`` in the config)
+    status: str  # "completed" | "failed"
+    seed: int | None
+    overrides: list[str]  # the command line's Hydra overrides
+    metrics: dict[str, float]  # every ``test/*`` metric
+    config: dict[str, Any]  # the composed config (resolved, unless the run failed)
+
+
+class RunResults(_RecordedByEveryRun, total=False):
+    """What ``train`` writes to ``<run dir>/results.json`` (the on-disk schema; JSON, ``indent=2``).
+
+    A finished run has every field but ``error``; a job that failed (``"status": "failed"``) has the fields
+    of every run and ``error`` only.
+    """
+
+    error: str  # "<ExceptionType>: <message>" of a failed run, at most 2000 characters
+    best_val: dict[str, float]  # {optimized_metric: best value}; empty without a checkpoint callback
+    params: dict[str, int]  # parameter counts (``parameter_counts()`` of the LightningModule)
+    epochs: int
+    checkpoint: str  # the checkpoint tested, or "final weights"
+    resumed_from: str | None
+    wall_time_s: float  # this process only
+    fit_time_s: float | None  # every process that fitted this run (``tasks.callbacks.FitClock``)
+    environment: dict[str, Any]  # where it ran (``train.environment``)
+    tags: list[str]
+    run_dir: str
+
+
+def write_results(run_dir: Path | str, results: RunResults) -> Path:
+    """Write ``<run_dir>/results.json`` atomically (a reader never sees half a file); returns its path."""
+    path = Path(run_dir) / RESULTS_FILE
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(results, indent=2))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_results(path: Path | str) -> RunResults:
+    """The record in ``path``: a ``results.json`` file, or a run folder holding one.
+
+    Raises ``OSError`` when it is missing and ``json.JSONDecodeError`` when it is not JSON.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_FILE
+    return json.loads(path.read_text())
+
+
+def find_results(folder: Path | str) -> Iterator[Path]:
+    """Every ``results.json`` below ``folder`` (recursively), in sorted order."""
+    return iter(sorted(Path(folder).rglob(RESULTS_FILE)))
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
@@ -40,9 +103,9 @@ def record_from_results(results: dict) -> dict[str, Any]:
 def load_runs(folder: Path) -> list[dict[str, Any]]:
     """Every ``results.json`` below ``folder`` as a flat record (with its ``path``); unreadable ones skipped."""
     runs = []
-    for path in sorted(Path(folder).rglob(RESULTS_FILE)):
+    for path in find_results(folder):
         try:
-            record = record_from_results(json.loads(path.read_text()))
+            record = record_from_results(read_results(path))
         except (OSError, json.JSONDecodeError) as err:
             print(f"warning: skipping unreadable {path}: {err}", file=sys.stderr)
             continue

@@ -31,7 +31,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from canonical_network.records import budget_of, budget_sort_key, dataset_of, load_runs, variant_of
+from canonical_network.records import (
+    RESULTS_FILE,
+    budget_of,
+    budget_sort_key,
+    dataset_of,
+    load_runs,
+    variant_of,
+)
 from canonical_network.tables import Cell, build_table, paper_tables
 
 REPORT_FILE = "REPRODUCTION.md"
@@ -404,7 +411,7 @@ def command_of(run: dict) -> str:
 def build_report(folders: list[Path], out: Path) -> Path:
     runs = [run for folder in folders for run in load_runs(folder)]
     if not runs:
-        raise SystemExit(f"no results.json found under {' '.join(map(str, folders))}")
+        raise SystemExit(f"no {RESULTS_FILE} found under {' '.join(map(str, folders))}")
     # Inside out/ the figures are rebuilt; everything else in out/ is left alone (e.g. the committed runs).
     figures = out / FIGURES
     figures.mkdir(parents=True, exist_ok=True)
@@ -481,7 +488,7 @@ def build_report(folders: list[Path], out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folders", nargs="+", type=Path, help="folders searched recursively for results.json")
+    parser.add_argument("folders", nargs="+", type=Path, help=f"folders searched recursively for {RESULTS_FILE}")
     parser.add_argument("--out", type=Path, required=True, help=f"where {REPORT_FILE} and {FIGURES}/ go")
     args = parser.parse_args(argv)
     for folder in args.folders:

@@ -222,7 +222,7 @@ def make_tables(runs: list[dict], fmt: str = "markdown", only: str | None = None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", nargs="*", help="folders searched recursively for results.json files")
+    parser.add_argument("folder", nargs="*", help=f"folders searched recursively for {RESULTS_FILE} files")
     parser.add_argument("--format", choices=("markdown", "latex"), default="markdown")
     parser.add_argument("--table", help="print only this table (e.g. rotmnist_table1)")
     parser.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from W&B instead of a folder")

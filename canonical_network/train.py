@@ -9,7 +9,6 @@ per job. Returns the best value of ``optimized_metric`` for sweepers.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import time
@@ -20,7 +19,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from canonical_network.records import RESULTS_FILE
+from canonical_network.records import RunResults, write_results
 from canonical_network.utils.checks import ConfigError, check_choice, validate_run_config
 from canonical_network.utils.config import CONFIG_DIR, PROJECT_ROOT
 
@@ -211,8 +210,8 @@ def run_folder_lock(output_dir: Path):
         handle.close()
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    """Fit, test and write results.json for one composed config; returns the results dict.
+def run(cfg: DictConfig) -> RunResults:
+    """Fit, test and write results.json for one composed config; returns the record written.
 
     The run folder is locked for the whole run (by global rank 0 only: under Slurm every rank runs this).
     """
@@ -224,7 +223,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return _run(cfg)
 
 
-def _run(cfg: DictConfig) -> dict[str, Any]:
+def _run(cfg: DictConfig) -> RunResults:
     import lightning as L
     import torch
 
@@ -268,7 +267,7 @@ def _run(cfg: DictConfig) -> dict[str, Any]:
 
     best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
     clock = next((cb for cb in callbacks if type(cb).__name__ == "FitClock"), None)
-    results = {
+    results: RunResults = {
         "experiment": cfg.get("experiment_name"),
         "status": "completed",
         "seed": cfg.seed,
@@ -287,7 +286,7 @@ def _run(cfg: DictConfig) -> dict[str, Any]:
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     if trainer.is_global_zero:
-        (output_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2))
+        write_results(output_dir, results)
         _print_summary(results, output_dir, loggers)
     return results
 
@@ -301,7 +300,7 @@ def _overrides() -> list[str]:
         return []
 
 
-def _print_summary(results: dict, output_dir: Path, loggers: list) -> None:
+def _print_summary(results: RunResults, output_dir: Path, loggers: list) -> None:
     from lightning.pytorch.loggers import WandbLogger
 
     lines = [f"Run folder: {output_dir}", f"Checkpoint tested: {results['checkpoint']}"]
@@ -320,7 +319,7 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
     try:
         output_dir = Path(cfg.paths.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
-        record = {
+        record: RunResults = {
             "experiment": cfg.get("experiment_name"),
             "status": "failed",
             "error": f"{type(error).__name__}: {error}"[:2000],
@@ -329,7 +328,7 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
             "metrics": {},
             "config": OmegaConf.to_container(cfg, resolve=False),
         }
-        (output_dir / RESULTS_FILE).write_text(json.dumps(record, indent=2))
+        write_results(output_dir, record)
     except Exception:  # never hide the original error behind a reporting one
         log.exception("could not write the failure record")
 

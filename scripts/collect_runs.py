@@ -9,17 +9,18 @@ the copy names the same runs. Only completed runs are copied; checkpoints and im
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from pathlib import Path
 
-KEPT = ("results.json", "csv/metrics.csv")
+from canonical_network.records import RESULTS_FILE, find_results, read_results
+
+KEPT = (RESULTS_FILE, "csv/metrics.csv")
 
 
 def collect(source: Path, dest: Path) -> list[Path]:
     copied = []
-    for results in sorted(source.rglob("results.json")):
-        if json.loads(results.read_text()).get("status") != "completed":
+    for results in find_results(source):
+        if read_results(results).get("status") != "completed":
             continue
         run = results.parent
         target = dest / run.relative_to(source)

@@ -18,7 +18,6 @@ Ablations: ``--variant NAME`` puts the jobs in ``<out>/<experiment>/NAME/seed<k>
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -26,6 +25,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from canonical_network.records import RESULTS_FILE, RunResults, read_results
 
 # Rows that need another row's finished run: (experiment) -> (source experiment, override key).
 DEPENDS_ON = {"rotmnist/cn_pretrained": ("rotmnist/cn_p64", "canonicalization.checkpoint")}
@@ -36,11 +37,11 @@ def job_dir(out: Path, experiment: str, seed: int, variant: str = "") -> Path:
     return out / experiment / variant / f"seed{seed}" if variant else out / experiment / f"seed{seed}"
 
 
-def completed(run_dir: Path) -> dict | None:
-    path = run_dir / "results.json"
+def completed(run_dir: Path) -> RunResults | None:
+    path = run_dir / RESULTS_FILE
     if not path.is_file():
         return None
-    record = json.loads(path.read_text())
+    record = read_results(path)
     return record if record.get("status") == "completed" else None
 
 

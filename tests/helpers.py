@@ -1,6 +1,8 @@
-"""Float tolerances derived from the arithmetic, not tuned to one CPU.
+"""Test helpers that are not fixtures (those live in ``tests/conftest.py``): the real configs composed and
+shrunk (:func:`compose_config`, :func:`shrink`, :data:`EXPERIMENTS`), seeded inputs and fitted image models,
+and float tolerances derived from the arithmetic, not tuned to one CPU.
 
-Why: float results differ in their last bits between x86-64 machines. OpenBLAS, oneDNN and PyTorch pick
+Why the tolerances: float results differ in their last bits between x86-64 machines. OpenBLAS, oneDNN and PyTorch pick
 AVX2 or AVX-512 kernels (and ``OPENBLAS_CORETYPE`` overrides OpenBLAS's pick), and these block, vectorise
 and fuse their sums differently. A tolerance fitted to the errors seen on one machine can fail on another
 (a float32 invariance error of 1.4e-4 against a bound of 1e-4 on an AVX-512 Xeon), so every float
@@ -26,7 +28,75 @@ magnitude (each such test also checks a non-equivariant control against the same
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import hydra
 import torch
+from omegaconf import DictConfig, open_dict
+
+from canonical_network.utils.config import CONFIG_DIR, compose_experiment
+
+# Configs, inputs and models
+
+#: every experiment file, as ``<family>/<row>`` (what ``experiment=`` takes)
+EXPERIMENTS = sorted(
+    str(p.relative_to(CONFIG_DIR / "experiment").with_suffix(""))
+    for p in (CONFIG_DIR / "experiment").rglob("*.yaml")
+)
+
+
+def compose_config(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
+    """Compose configs/train.yaml as the CLI would, with the run folder set to ``output_dir``."""
+    cfg = compose_experiment(overrides)
+    if output_dir is not None:
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(output_dir)
+    return cfg
+
+
+def shrink(cfg: DictConfig) -> DictConfig:
+    """CPU, no logger, a couple of batches: what a fast test needs from a real config."""
+    with open_dict(cfg):
+        cfg.trainer.accelerator = "cpu"
+        cfg.trainer.max_epochs = 1
+        cfg.trainer.limit_train_batches = 2
+        cfg.trainer.limit_val_batches = 1
+        cfg.trainer.limit_test_batches = 1
+        cfg.trainer.num_sanity_val_steps = 0
+        cfg.trainer.enable_progress_bar = False
+        cfg.logger = {}
+        cfg.callbacks.rich_progress_bar = None
+    return cfg
+
+
+def seeded_gen(seed: int = 0) -> torch.Generator:
+    """A fresh CPU generator: tests draw their random inputs from it, never from the global RNG."""
+    return torch.Generator().manual_seed(seed)
+
+
+def max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``max |a − b|`` as a Python float (for a tolerance, see :func:`rel_tol` and :func:`assert_close`)."""
+    return (a - b).abs().max().item()
+
+
+def fit_image_model(overrides: list[str], train_steps: int = 0, data=None):
+    """The configured image LightningModule (seed 0), after ``train_steps`` Adam steps (lr 1e-3) on
+    ``data`` = (images, labels), so that its logits depend on the input; returned in eval mode."""
+    cfg = compose_config(overrides)
+    torch.manual_seed(0)
+    model = hydra.utils.instantiate(cfg.model)
+    if train_steps:
+        images, labels = data
+        optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+        model.train()
+        for _ in range(train_steps):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(images), labels).backward()
+            optimizer.step()
+    return model.eval()
+
+
+# Float tolerances
 
 #: machine epsilon (the spacing of floats at 1) of float32 and float64
 EPS32 = torch.finfo(torch.float32).eps

@@ -21,14 +21,15 @@ from canonical_network.groups.euclidean import (
     random_rotations,
     random_translations,
 )
-from tests.conftest import max_err, seeded_gen
 from tests.helpers import (
     assert_close,
     assert_knn_stable,
     frame_condition,
     frame_factor,
+    max_err,
     orthonormality_tol,
     rel_tol,
+    seeded_gen,
 )
 
 # Small tensors: one intra-op thread for every test here (tests/conftest.py).
@@ -172,10 +173,11 @@ def test_nbody_degenerate_system_is_finite():
 @pytest.mark.parametrize(
     "kwargs, key",
     [
-        ({"translation": "mean"}, "translation"),
-        ({"hidden_dim": 0}, "hidden_dim"),
-        ({"num_layers": 0}, "num_layers"),
-        ({"dropout": 1.0}, "dropout"),
+        ({"translation": "mean"}, "canonicalization.translation"),
+        ({"hidden_dim": 0}, "canonicalization.hidden_dim"),
+        ({"num_layers": 0}, "canonicalization.num_layers"),
+        ({"dropout": 1.0}, "canonicalization.dropout"),
+        ({"negative_slope": True}, "canonicalization.negative_slope"),
     ],
 )
 def test_nbody_rejects_bad_arguments(kwargs, key):
@@ -296,8 +298,8 @@ def test_pointcloud_canonicalizer_is_equivariant(layers, pooling, group, inputs)
         # h(x Qᵀ + s) = Q h(x): rotation-equivariant and translation-invariant
         assert_close(canon.group_element(apply_rotation(points, q) + shift.unsqueeze(1)), q @ r, factor)
         # canonical clouds are invariant to rotations (the tasks rotate about the origin)
-        canonical, _ = canon.canonicalize(points)
-        canonical_moved, _ = canon.canonicalize(apply_rotation(points, q))
+        (canonical,), _ = canon.canonicalize(points)
+        (canonical_moved,), _ = canon.canonicalize(apply_rotation(points, q))
     assert_close(canonical, canonical_moved, factor)
 
 
@@ -324,7 +326,8 @@ def test_pointcloud_part_segmentation_passes_the_category_through():
     points, category = object_surface(seed=28, dtype=F64), torch.tensor([0, 2, 1, 2])
     assert_knn_stable(points, K)
     (canonical_points, canonical_category), r = model.canonicalize(points, category)
-    assert torch.equal(canonical_category, category) and r.shape == (4, 3, 3)
+    assert torch.equal(canonical_category, category) and r.matrix().shape == (4, 3, 3)
+    assert torch.equal(r.translation, torch.zeros(4, 3, dtype=F64))  # a rotation about the origin
     logits = torch.randn(4, 96, 4)
     assert canon.invert(logits, r) is logits  # invariant outputs: h' = identity
     q = random_rotations(4, seeded_gen(29), dtype=F64)
@@ -399,7 +402,8 @@ def test_pointcloud_degenerate_clouds_are_finite(cloud, layers, pooling, group, 
     model = CanonicalizedModel(
         _pointcloud(layers, pooling=pooling, group=group, inputs=inputs), PointMLP()
     ).train()
-    (canonical,), r = model.canonicalize(points)
+    (canonical,), g = model.canonicalize(points)
+    r = g.rotation
     assert torch.isfinite(canonical).all() and _orthogonality_error(r) < orthonormality_tol(torch.float32)
     if group == "SO3":
         assert (torch.linalg.det(r) - 1).abs().max() < 3 * orthonormality_tol(torch.float32)

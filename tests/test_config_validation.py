@@ -12,7 +12,7 @@ import torch
 from canonical_network.train import run
 from canonical_network.utils.checks import ConfigError, validate_run_config
 from canonical_network.utils.config import PROJECT_ROOT
-from tests.conftest import compose_config, shrink
+from tests.helpers import compose_config, shrink
 
 
 @pytest.mark.parametrize(
@@ -21,12 +21,12 @@ from tests.conftest import compose_config, shrink
         (["model.optimizer.lr=abc"], "model.optimizer.lr must be a number > 0; got 'abc'"),
         (["model.optimizer.lr=0"], "model.optimizer.lr must be a number > 0; got 0"),
         (["model.optimizer.weight_decay=-1"], "model.optimizer.weight_decay must be a number >= 0; got -1"),
-        (["seed=abc"], r"seed must be an integer in \[-inf, inf\]; got 'abc'"),
+        (["seed=abc"], "seed must be an integer; got 'abc'"),
         (["trainer.max_epochs=-1"], "trainer.max_epochs must be an integer >= 1; got -1 .*allow_unbounded_epochs"),
         (["trainer.max_epochs=0"], "trainer.max_epochs must be an integer >= 1; got 0"),
         (["data=nbody"], r"data=nbody \(NBodyDataModule\) does not fit the model's task ImageClassificationTask "
                          r"\(experiment=rotmnist/cn_p4\); data options for it: rotated_mnist, rotated_mnist_5k"),
-        (["model.canonicalizer_lr=-0.1"], "model.canonicalizer_lr must be a number > 0; got -0.1"),
+        (["model.canonicalizer_lr=-0.1"], "model.canonicalizer_lr must be null or a number > 0; got -0.1"),
     ],
 )
 def test_bad_values_name_their_key(overrides, message):
@@ -55,7 +55,7 @@ def test_pretrained_canonicalizer_from_another_family_is_refused(tmp_path):
 
 def test_component_errors_are_config_errors_and_nothing_is_written(tmp_path):
     cfg = shrink(compose_config(["experiment=rotmnist/cn_p4", "canonicalization.hidden_channels=0"], tmp_path))
-    with pytest.raises(ConfigError, match=r"canonicalization.hidden_channels must be an integer in \[1, inf\]"):
+    with pytest.raises(ConfigError, match="canonicalization.hidden_channels must be an integer >= 1; got 0"):
         run(cfg)
     assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "results.json").exists()
 

@@ -8,7 +8,7 @@ from hydra.errors import MissingConfigException
 from lightning import LightningDataModule, LightningModule, Trainer
 
 from canonical_network.canonicalization.base import CanonicalizedModel
-from tests.conftest import EXPERIMENTS, compose_config, shrink
+from tests.helpers import EXPERIMENTS, compose_config, shrink
 
 # Built (and counted) by tests/test_gcnn_and_opt.py already; its C64 bases take ~8 s and ~2.3 GB here.
 HEAVY = {"rotmnist/gcnn_p64_eqparams"}

@@ -23,8 +23,7 @@ from canonical_network.prediction.frame_averaging import (
 )
 from canonical_network.prediction.gnn import GNN
 from canonical_network.utils.config import compose_experiment
-from tests.conftest import seeded_gen
-from tests.helpers import DEEP64, rel_tol
+from tests.helpers import DEEP64, rel_tol, seeded_gen
 
 BATCH_SIZE = 8
 NUM_PARTICLES = 5  # the paper's systems (§5.2)
@@ -193,7 +192,7 @@ def test_every_parameter_gets_a_gradient(one_thread):
 
 
 def test_hidden_dim_must_hold_whole_vectors():
-    with pytest.raises(ValueError, match="hidden_dim"):
+    with pytest.raises(ValueError, match="prediction.hidden_dim must be a multiple of 3"):
         LayerwiseFrameAveragingGNN(hidden_dim=64)
 
 

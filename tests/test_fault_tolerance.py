@@ -86,7 +86,7 @@ def test_ddp_cpu_two_processes_write_results_once(tmp_path):
 
 def test_truncated_last_checkpoint_falls_back_to_the_newest_readable_one(tmp_path, caplog):
     from canonical_network.train import run
-    from tests.conftest import compose_config, shrink
+    from tests.helpers import compose_config, shrink
 
     cfg = shrink(compose_config(["experiment=rotmnist/cnn", "model.orbit_rotations=0"], tmp_path))
     cfg.trainer.max_epochs = 2
@@ -154,7 +154,7 @@ def test_checkpoint_writes_are_atomic(tmp_path, monkeypatch):
 def test_trainer_uses_the_atomic_writer(tmp_path, monkeypatch):
     from canonical_network.train import run
     from canonical_network.utils import checkpoints
-    from tests.conftest import compose_config, shrink
+    from tests.helpers import compose_config, shrink
 
     saved = []
     original = checkpoints.atomic_torch_save

@@ -10,10 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from canonical_network.canonicalization.optimization import OptimizationCanonicalizer
+from canonical_network.canonicalization.image_optimization import OptimizationCanonicalizer
 from canonical_network.groups.image import rotate_deg
 from canonical_network.prediction.gcnn import GCNN, basis_dimensions, count_parameters, match_width
-from tests.conftest import compose_config, fit_image_model
+from tests.helpers import compose_config, fit_image_model
 from tests.test_image_invariance import assert_invariant  # float32, IMAGE_FACTOR: derived there
 
 MATCH = 0.05  # "= params" rows: within 5 % of CN(p4)-CNN's parameter count
@@ -97,8 +97,8 @@ def cn_opt(rotated_digits):
 def test_opt_quarter_turns_move_the_angle_by_a_quarter_turn(cn_opt, rotated_digits):
     images, _ = rotated_digits
     with torch.no_grad():
-        canonical, g = cn_opt.canonicalize(images)
-        canonical_rot, g_rot = cn_opt.canonicalize(torch.rot90(images, 1, dims=(-2, -1)))
+        (canonical,), g = cn_opt.canonicalize(images)
+        (canonical_rot,), g_rot = cn_opt.canonicalize(torch.rot90(images, 1, dims=(-2, -1)))
     # Exact but for float noise deciding near-ties between unfinished descents. Measured: angles within 0.04°
     # and images within 2e-4 (mean absolute difference) for this initialisation, angles within 1° for 5 others.
     assert (angle_gap_deg(g_rot.angle_deg, g.angle_deg, 90.0) < 1.5).all()
@@ -118,8 +118,8 @@ def test_opt_runs_under_inference_mode(cn_opt, rotated_digits):
 def test_opt_canonical_images_nearly_agree_under_other_angles(cn_opt, rotated_digits):
     images, _ = rotated_digits
     with torch.no_grad():
-        canonical, g = cn_opt.canonicalize(images)
-        canonical_rot, g_rot = cn_opt.canonicalize(rotate_deg(images, 37.0))
+        (canonical,), g = cn_opt.canonicalize(images)
+        (canonical_rot,), g_rot = cn_opt.canonicalize(rotate_deg(images, 37.0))
         # What "different" means: the same canonical digit turned by 90°.
         different = (rotate_deg(canonical, 90.0) - canonical).abs().mean(dim=(1, 2, 3))
     gap = angle_gap_deg(g_rot.angle_deg, g.angle_deg, 37.0)

@@ -20,8 +20,7 @@ from canonical_network.groups.euclidean import (
     random_rotations,
     random_translations,
 )
-from tests.conftest import seeded_gen
-from tests.helpers import EPS32, EPS64, frame_condition, orthonormality_tol, rel_tol
+from tests.helpers import EPS32, EPS64, frame_condition, orthonormality_tol, rel_tol, seeded_gen
 
 # Small tensors: one intra-op thread for every test here (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import fit_image_model
-from tests.helpers import clear_argmax, rel_tol
+from tests.helpers import clear_argmax, fit_image_model, rel_tol
 
 #: ``n`` (tests/helpers.py) of these float32 networks (escnn's R2Conv has no float64 path, so they stay in
 #: float32): the fan-ins of their conv and linear layers sum to 4,169 (G-CNN p4 at width 0.25) … 5,113

@@ -392,9 +392,9 @@ def test_parameter_mismatch_error(tiny_dir):
 
 
 def test_invalid_arguments():
-    with pytest.raises(ValueError, match=r"valid choices: \['nbody', 'nbody_small'\]"):
+    with pytest.raises(ValueError, match=r"data.dataset must be one of \['nbody', 'nbody_small'\]; got 'nbody_large'"):
         NBodyDataModule(dataset="nbody_large")
-    with pytest.raises(ValueError, match="frame_out=49 is out of range"):
+    with pytest.raises(ValueError, match="data.frame_out=49 is out of range"):
         NBodyDataModule(frame_out=49)
     with pytest.raises(ValueError, match="EGNN uses frame_in=6, frame_out=8"):
         NBodyDataModule(dataset="nbody")  # 9 frames: EGNN's 30 -> 40 does not exist there

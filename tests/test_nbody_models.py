@@ -190,14 +190,14 @@ def test_one_training_step(model_cls):
 @pytest.mark.parametrize(
     "model_cls, kwargs, key",
     [
-        (GNN, {"hidden_dim": 0}, "hidden_dim"),
-        (GNN, {"num_layers": 0}, "num_layers"),
-        (GNN, {"squared_distance_edge_attr": 1}, "squared_distance_edge_attr"),
-        (EGNN, {"num_layers": True}, "num_layers"),
-        (EGNN, {"hidden_dim": 2.5}, "hidden_dim"),
-        (EGNN, {"coords_weight": "1"}, "coords_weight"),
-        (FrameAveragingGNN, {"hidden_dim": -1}, "hidden_dim"),
-        (LinearDynamics, {"init_time": float("nan")}, "init_time"),
+        (GNN, {"hidden_dim": 0}, "prediction.hidden_dim"),
+        (GNN, {"num_layers": 0}, "prediction.num_layers"),
+        (GNN, {"squared_distance_edge_attr": 1}, "prediction.squared_distance_edge_attr"),
+        (EGNN, {"num_layers": True}, "prediction.num_layers"),
+        (EGNN, {"hidden_dim": 2.5}, "prediction.hidden_dim"),
+        (EGNN, {"coords_weight": "1"}, "prediction.coords_weight"),
+        (FrameAveragingGNN, {"hidden_dim": -1}, "prediction.hidden_dim"),
+        (LinearDynamics, {"init_time": float("nan")}, "prediction.init_time"),
     ],
 )
 def test_invalid_arguments_raise(model_cls, kwargs, key):

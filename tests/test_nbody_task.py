@@ -8,7 +8,6 @@ simulations) is generated once per module into a temporary folder.
 from __future__ import annotations
 
 import functools
-import json
 import math
 
 import hydra
@@ -25,9 +24,9 @@ from canonical_network.prediction.frame_averaging import (
     LayerwiseFrameAveragingGNN,
     pca_frame,
 )
-from canonical_network.train import RESULTS_FILE, run
-from tests.conftest import EXPERIMENTS, compose_config, shrink
-from tests.helpers import EPS32, frame_condition, rel_tol, scale_of
+from canonical_network.records import read_results
+from canonical_network.train import run
+from tests.helpers import EPS32, EXPERIMENTS, compose_config, frame_condition, rel_tol, scale_of, shrink
 from tests.test_fa_gnn import accumulation_length
 from tests.test_fa_gnn import frame_condition as pca_condition
 
@@ -230,7 +229,7 @@ def test_experiment_trains_tests_and_writes_results(experiment, tiny_dir, tmp_pa
         tmp_path,
     )
     results = run(shrink(cfg))
-    written = json.loads((tmp_path / RESULTS_FILE).read_text())
+    written = read_results(tmp_path)
     assert written["experiment"] == experiment and written["status"] == "completed"
     assert math.isfinite(written["metrics"]["test/mse"]) and written["metrics"]["test/mse"] > 0
     assert set(written["best_val"]) == {"val/mse"}

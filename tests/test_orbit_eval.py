@@ -13,8 +13,7 @@ from hydra.utils import instantiate
 from lightning import Trainer
 from torch.utils.data import DataLoader, TensorDataset
 
-from tests.conftest import compose_config, fit_image_model
-from tests.helpers import clear_argmax
+from tests.helpers import clear_argmax, compose_config, fit_image_model
 from tests.test_image_invariance import IMAGE_FACTOR
 
 

@@ -23,8 +23,7 @@ from canonical_network.groups.euclidean import apply_rotation, random_rotations
 from canonical_network.nn import vector_neurons as vn
 from canonical_network.nn.knn import EXACT, graph_feature, knn
 from canonical_network.utils.config import compose_experiment
-from tests.conftest import max_err, seeded_gen
-from tests.helpers import EPS64, frame_condition, rel_tol
+from tests.helpers import EPS64, frame_condition, max_err, rel_tol, seeded_gen
 from tests.test_canonicalizers3d import object_surface
 
 # Small tensors: one intra-op thread for every test here (tests/conftest.py).
@@ -239,8 +238,8 @@ def test_cn_l_is_so3_equivariant_in_float64_and_pointnet_alone_is_not():
     radius = points.norm(dim=-1).amax(dim=1)
     canonical_bound = 3 * radius * bound + 3 * U64 * radius
     with torch.no_grad():
-        canonical, _ = canon.canonicalize(points)
-        canonical_moved, _ = canon.canonicalize(moved)
+        (canonical,), _ = canon.canonicalize(points)
+        (canonical_moved,), _ = canon.canonicalize(moved)
     assert ((canonical_moved - canonical).abs().flatten(1).amax(dim=1) <= canonical_bound).all()
 
     # Logits: first order, |Δf| ≤ ‖J_f‖_∞ · |Δ(x R)|_max. The predictor's own rounding (~1e-13 relative:

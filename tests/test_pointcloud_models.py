@@ -19,8 +19,7 @@ from canonical_network.prediction.dgcnn import DGCNN
 from canonical_network.prediction.pointnet import PointNet, feature_transform_regularizer
 from canonical_network.prediction.vn_dgcnn import VNDGCNN
 from canonical_network.prediction.vn_pointnet import VNPointNet
-from tests.conftest import max_err, seeded_gen
-from tests.helpers import DEEP64, EPS32, EPS64, assert_knn_stable, rel_tol
+from tests.helpers import DEEP64, EPS32, EPS64, assert_knn_stable, max_err, rel_tol, seeded_gen
 
 # Small tensors: one intra-op thread for every test here (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("one_thread")

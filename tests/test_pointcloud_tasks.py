@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import math
 
 import hydra
@@ -25,18 +24,21 @@ from canonical_network import tables
 from canonical_network.canonicalization.identity import IdentityCanonicalizer
 from canonical_network.groups.euclidean import apply_rotation, random_orthogonal, random_rotations
 from canonical_network.prediction.pointnet import feature_transform_regularizer
+from canonical_network.records import read_results
 from canonical_network.tasks.part_segmentation import PartSegmentationTask
 from canonical_network.tasks.pointcloud_classification import PointCloudClassificationTask
-from canonical_network.train import RESULTS_FILE, run
-from tests.conftest import EXPERIMENTS, compose_config, shrink
+from canonical_network.train import run
 from tests.helpers import (
     DEEP_TERMS,
     EPS32,
     EPS64,
+    EXPERIMENTS,
     MAX_FRAME_CONDITION,
     WORST_FRAME_CONDITION,
     assert_knn_stable,
+    compose_config,
     frame_conditions,
+    shrink,
 )
 
 # Small tensors: one intra-op thread for every test here (tests/conftest.py).
@@ -209,10 +211,10 @@ def test_sizes_follow_the_data(experiment, data, expected):
     for key, value in expected.items():
         assert getattr(model.network.predictor, key) == value
     if "num_parts" in expected:
-        assert model.miou["test"].num_parts == expected["num_parts"]
-        assert model.miou["test"].num_categories == expected["num_categories"]
+        assert model.metrics["test/miou"].num_parts == expected["num_parts"]
+        assert model.metrics["test/miou"].num_categories == expected["num_categories"]
     else:
-        assert model.metrics["test_acc"].num_classes == expected["num_classes"]
+        assert model.metrics["test/acc"].num_classes == expected["num_classes"]
 
 
 def test_protocol_is_one_override_and_the_schedule_follows_the_paper():
@@ -348,7 +350,7 @@ def test_label_smoothing_is_validated(task, eps):
 def test_experiment_runs_end_to_end(experiment, tmp_path):
     cfg = shrink(compose_config(tiny_overrides(experiment), tmp_path))
     results = run(cfg)
-    written = json.loads((tmp_path / RESULTS_FILE).read_text())
+    written = read_results(tmp_path)
     assert written["experiment"] == experiment and written["status"] == "completed"
     if experiment.startswith("modelnet"):
         expected = {"test/acc", "test/class_acc", "test/loss"}

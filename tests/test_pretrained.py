@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from canonical_network.train import run
-from tests.conftest import compose_config, shrink
+from tests.helpers import compose_config, shrink
 
 
 def _finished_run(tmp_path, experiment):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 
 import pytest
 
 from canonical_network import report
+from canonical_network.records import write_results
 
 MNIST5K = "canonical_network.data.rotated_mnist.RotatedMNIST5kDataModule"
 SHAPES = "canonical_network.data.synthetic_shapes.SyntheticShapesDataModule"
@@ -23,7 +23,7 @@ def write_run(root, name, experiment, seed, metrics, overrides=(), data=MNIST5K,
               "overrides": [f"experiment={experiment}", f"seed={seed}", *overrides], "epochs": epochs,
               "wall_time_s": 60.0, "config": config,
               "environment": {"machine": "Test CPU, 2 cores, CPU"}}
-    (folder / "results.json").write_text(json.dumps(record))
+    write_results(folder, record)
     lines = ["epoch,step,val/error,val/acc"] + [f"{e},{10 * e},{v},{1 - v / 100}" for e, v in (curve or [])]
     (folder / "csv" / "metrics.csv").write_text("\n".join(lines) + "\n")
     return folder

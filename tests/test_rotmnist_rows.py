@@ -5,13 +5,12 @@ CN(pretrained) needs a finished run's checkpoint and is run in tests/test_pretra
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from omegaconf import open_dict
 
-from canonical_network.train import RESULTS_FILE, run
-from tests.conftest import EXPERIMENTS, compose_config, shrink
+from canonical_network.records import read_results
+from canonical_network.train import run
+from tests.helpers import EXPERIMENTS, compose_config, shrink
 
 # gcnn_p64_eqparams: ~45 s here (its checkpoints carry ~500 MB of sampled bases); built and checked for
 # invariance and parameter count in tests/test_gcnn_and_opt.py, run end to end under `make test-full`.
@@ -32,7 +31,7 @@ def test_row_runs_end_to_end_with_orbit_metrics(experiment, tmp_path):
     with open_dict(cfg):
         cfg.data.eval_rotations = 1
     run(cfg)
-    written = json.loads((tmp_path / RESULTS_FILE).read_text())
+    written = read_results(tmp_path)
     assert written["experiment"] == experiment and written["status"] == "completed"
     metrics = written["metrics"]
     orbit = [metrics[f"test/orbit/error_g{k}"] for k in range(4)]

@@ -53,7 +53,7 @@ def _local_slurmctld_alive() -> bool:
 @pytest.fixture(scope="module")
 def slurm_cluster():
     """Skips unless `sinfo` answers with a usable node; sets SLURM_CONF for this module (and the jobs and
-    subprocesses it starts) and installs the sacct fallback, as train.py does."""
+    subprocesses it starts) and installs the sacct fallback, as the Slurm launcher does."""
     if shutil.which("sinfo") is None:
         pytest.skip("sinfo not found: Slurm is not installed (run scripts/local_slurm.sh start)")
     with pytest.MonkeyPatch.context() as mp:

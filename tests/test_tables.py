@@ -7,6 +7,7 @@ import json
 import pytest
 
 from canonical_network import tables
+from canonical_network.records import RESULTS_FILE, read_results, write_results
 
 
 def write_result(folder, name, experiment, metrics, status="completed", config=None, error=None):
@@ -15,7 +16,17 @@ def write_result(folder, name, experiment, metrics, status="completed", config=N
     record = {"experiment": experiment, "status": status, "seed": 0, "metrics": metrics, "config": config or {}}
     if error:
         record["error"] = error
-    (folder / "results.json").write_text(json.dumps(record))
+    write_results(folder, record)
+
+
+def test_records_are_written_atomically_and_read_back(tmp_path):
+    record = {"experiment": "rotmnist/cnn", "status": "completed", "seed": 0, "overrides": [],
+              "metrics": {"test/error": 2.5}, "config": {"seed": 0}}
+    path = write_results(tmp_path, record)
+    assert path == tmp_path / "results.json" == tmp_path / RESULTS_FILE  # the on-disk name is a contract
+    assert path.read_text() == json.dumps(record, indent=2)  # the on-disk format of existing runs
+    assert [p.name for p in tmp_path.iterdir()] == [RESULTS_FILE]  # no temporary file left behind
+    assert read_results(path) == read_results(tmp_path) == record
 
 
 def test_mean_std_paper_and_difference(tmp_path):

@@ -20,8 +20,7 @@ from canonical_network.nn.vector_neurons import (
     vn_mean_pool,
     vn_norms,
 )
-from tests.conftest import seeded_gen
-from tests.helpers import DEEP64, orthonormality_tol, rel_tol
+from tests.helpers import DEEP64, orthonormality_tol, rel_tol, seeded_gen
 
 # Small tensors: one intra-op thread for every test here (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -19,49 +19,71 @@ from typing import Any
 import torch
 from torch import nn
 
+from canonical_network.groups import GroupElement
+
 Inputs = tuple[torch.Tensor, ...]
 
 
-class Canonicalizer(nn.Module):
-    """Base class of every canonicalization function h.
+class _AppliesFreeze(type(nn.Module)):
+    """Metaclass of :class:`Canonicalizer`: applies ``freeze`` once the outermost ``__init__`` has returned,
+    i.e. after every parameter of every subclass exists, so no subclass has a step to remember."""
 
-    Subclasses implement :meth:`canonicalize` and, when the task's outputs transform, :meth:`invert`.
-    A canonicalizer takes the *same positional inputs as the predictor* (e.g. ``(images,)`` or
-    ``(loc, vel, charges)``) and returns the same number of inputs, mapped to their canonical pose;
-    inputs that are invariant (charges, object category) are passed through untouched.
+    def __call__(cls, *args: Any, **kwargs: Any):
+        canonicalizer = super().__call__(*args, **kwargs)
+        if canonicalizer.freeze:
+            canonicalizer.set_frozen(True)
+        return canonicalizer
+
+
+class Canonicalizer(nn.Module, metaclass=_AppliesFreeze):
+    """Base class of every canonicalization function h; it owns the contract every subclass gets for free.
+
+    A subclass implements :meth:`canonicalize` and, when the task's outputs transform, :meth:`invert`:
+
+    * ``canonicalize(*inputs)`` takes the *same positional inputs as the predictor* (e.g. ``(images,)`` or
+      ``(loc, vel, charges)``) and returns ``(canonical_inputs, g)``: ``canonical_inputs`` a tuple of as many
+      tensors as there were inputs, in the same order, each mapped to its canonical pose (invariant inputs
+      such as charges or the object category pass through), and ``g`` the chosen element h(x), a
+      :class:`~canonical_network.groups.GroupElement` (``None`` only for the trivial group). One shape for
+      one input or several; :class:`CanonicalizedModel` checks it.
+    * ``freeze`` is applied by the base class after construction (whatever the subclass builds in its
+      ``__init__``), and a frozen canonicalizer stays in eval mode.
+    * ``group_name`` names the group in mathematical notation: ``"C4"``, ``"D8"``, ``"SO(2)"``, ``"SO(3)"``,
+      ``"O(3)"``, ``"E(3)"``, ``"trivial"``.
 
     Args:
         freeze: keep the weights at their initial values (the paper's "CN(frozen)" rows). The network is
             still evaluated, but no gradient flows into it and optimisers never see its parameters.
     """
 
-    #: name of the group the canonicalizer is equivariant to, for logs and docs.
+    #: the group the canonicalizer is equivariant to, in mathematical notation (for logs and docs).
     group_name: str = "trivial"
 
     def __init__(self, freeze: bool = False) -> None:
         super().__init__()
         self.freeze = bool(freeze)
 
-    def finish_init(self) -> None:
-        """Call at the end of a subclass ``__init__``: applies ``freeze`` once all parameters exist."""
+    def set_frozen(self, freeze: bool = True) -> Canonicalizer:
+        """Freeze (or unfreeze) every parameter; called by the base class after ``__init__``, and usable later
+        (e.g. on a canonicalizer whose trained weights were loaded, as CN(pretrained) does)."""
+        self.freeze = bool(freeze)
+        for p in self.parameters():
+            p.requires_grad_(not self.freeze)
         if self.freeze:
-            for p in self.parameters():
-                p.requires_grad_(False)
+            self.train(False)
+        return self
 
-    def canonicalize(self, *inputs: torch.Tensor) -> tuple[torch.Tensor | Inputs, Any]:
-        """Return ``(canonical_inputs, group_element)`` with ``canonical_inputs = h(x)⁻¹ · x``.
-
-        ``canonical_inputs`` is a tensor when there is one input, else a tuple in the same order.
-        """
+    def canonicalize(self, *inputs: torch.Tensor) -> tuple[Inputs, GroupElement | None]:
+        """Return ``(canonical_inputs, group_element)`` with ``canonical_inputs = h(x)⁻¹ · x``, a tuple."""
         raise NotImplementedError
 
-    def invert(self, output: torch.Tensor, group_element: Any) -> torch.Tensor:
+    def invert(self, output: torch.Tensor, group_element: GroupElement | None) -> torch.Tensor:
         """Apply h'(x) to the predictor's output. Default: invariant output, returned unchanged."""
         return output
 
-    def group_element_index(self, group_element: Any) -> torch.Tensor | None:
-        """Discrete groups: the index of the chosen element per sample, (B,) int64; ``None`` otherwise."""
-        return None
+    def group_element_index(self, group_element: GroupElement | None) -> torch.Tensor | None:
+        """Finite groups: the index of the chosen element per sample, (B,) int64; ``None`` otherwise."""
+        return None if group_element is None else group_element.index
 
     def train(self, mode: bool = True) -> Canonicalizer:
         # A frozen canonicalizer stays in eval mode: batch-norm statistics or dropout would otherwise
@@ -93,9 +115,13 @@ class CanonicalizedModel(nn.Module):
     def canonicalize(self, *inputs: torch.Tensor) -> tuple[Inputs, Any]:
         """``(h(x)⁻¹ · x as a tuple, h(x))``: what the predictor sees, for logging and figures."""
         canonical, group_element = self.canonicalizer.canonicalize(*inputs)
-        if isinstance(canonical, torch.Tensor):
-            canonical = (canonical,)
-        return tuple(canonical), group_element
+        if not isinstance(canonical, tuple) or len(canonical) != len(inputs):
+            got = type(canonical).__name__ + (f" of {len(canonical)}" if isinstance(canonical, tuple) else "")
+            raise TypeError(
+                f"{type(self.canonicalizer).__name__}.canonicalize must return (a tuple of {len(inputs)} "
+                f"canonical input(s), group element); got {got}"
+            )
+        return canonical, group_element
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         canonical, group_element = self.canonicalize(*inputs)

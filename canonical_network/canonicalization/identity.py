@@ -8,13 +8,12 @@ from canonical_network.canonicalization.base import Canonicalizer
 
 
 class IdentityCanonicalizer(Canonicalizer):
-    """Returns the inputs unchanged and the identity element (``None``). Trivially equivariant."""
+    """Returns the inputs unchanged and ``None``, the trivial group's only element. Trivially equivariant."""
 
     group_name = "trivial"
 
     def __init__(self, freeze: bool = False) -> None:
         super().__init__(freeze=freeze)
-        self.finish_init()
 
     def canonicalize(self, *inputs: torch.Tensor):
-        return (inputs[0] if len(inputs) == 1 else inputs), None
+        return tuple(inputs), None

@@ -15,7 +15,7 @@ from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
 from canonical_network.groups.image import PlanarElement, act_inverse, element_angles_deg, rotate_deg
-from canonical_network.utils.checks import check_int_range
+from canonical_network.utils.checks import check_choice, check_fraction, check_int, check_positive
 
 FILTERS = ("steerable", "free")
 
@@ -115,22 +115,19 @@ class GCNNCanonicalizer(Canonicalizer):
         freeze: bool = False,
     ) -> None:
         super().__init__(freeze=freeze)
-        check_int_range("canonicalization.num_rotations", num_rotations, low=1)
-        if filters not in FILTERS:
-            raise ValueError(f"canonicalization.filters must be one of {list(FILTERS)}; got {filters!r}")
+        check_int("canonicalization.num_rotations", num_rotations, low=1)
+        check_choice("canonicalization.filters", filters, FILTERS)
         if filters == "free" and reflection:
             raise ValueError("canonicalization.filters=free rotates free filters (C_N only); got "
                              "canonicalization.reflection=true: use filters=steerable for D_N")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
-            raise ValueError(f"canonicalization.temperature must be a number > 0; got {temperature!r}")
         self.filters = filters
-        self.temperature = float(temperature)
-        check_int_range("canonicalization.num_layers", num_layers, low=1, high=3)
-        check_int_range("canonicalization.image_size", image_size, low=1)
+        self.temperature = check_positive("canonicalization.temperature", temperature)
+        check_int("canonicalization.num_layers", num_layers, low=1, high=3)
+        check_int("canonicalization.image_size", image_size, low=1)
         kernel_size = image_size if kernel_size is None else kernel_size
-        check_int_range("canonicalization.kernel_size", kernel_size, low=1, high=image_size)
-        check_int_range("canonicalization.hidden_channels", hidden_channels, low=1)
-        check_int_range("canonicalization.in_channels", in_channels, low=1)
+        check_int("canonicalization.kernel_size", kernel_size, low=1, high=image_size)
+        check_int("canonicalization.hidden_channels", hidden_channels, low=1)
+        check_int("canonicalization.in_channels", in_channels, low=1)
 
         from escnn import gspaces
         from escnn import nn as enn
@@ -162,7 +159,6 @@ class GCNNCanonicalizer(Canonicalizer):
         angles, reflect = element_angles_deg(num_rotations, reflection)
         self.register_buffer("element_angle_deg", angles, persistent=False)
         self.register_buffer("element_reflect", reflect, persistent=False)
-        self.finish_init()
 
     def scores(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) images → (B, |G|) one score per group element, permuted by the group action."""
@@ -191,10 +187,7 @@ class GCNNCanonicalizer(Canonicalizer):
             reflect=weights @ self.element_reflect.to(scores.dtype),
             index=index,
         )
-        return act_inverse(images, g), g
-
-    def group_element_index(self, group_element: PlanarElement) -> torch.Tensor:
-        return group_element.index
+        return (act_inverse(images, g),), g
 
 
 class PCACanonicalizer(Canonicalizer):
@@ -213,14 +206,11 @@ class PCACanonicalizer(Canonicalizer):
             do not tilt the axis.
     """
 
-    group_name = "SO2"
+    group_name = "SO(2)"
 
     def __init__(self, threshold: float = 0.2, freeze: bool = False) -> None:
         super().__init__(freeze=freeze)
-        if not 0.0 <= float(threshold) < 1.0:
-            raise ValueError(f"canonicalization.threshold must be in [0, 1); got {threshold!r}")
-        self.threshold = float(threshold)
-        self.finish_init()
+        self.threshold = check_fraction("canonicalization.threshold", threshold)
 
     def principal_angle_deg(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) → (B,) angle (deg, counter-clockwise from the +x axis) of the oriented principal axis."""
@@ -251,4 +241,4 @@ class PCACanonicalizer(Canonicalizer):
         # Rotating by (axis − 90°)⁻¹ brings the oriented axis to +y ("up").
         angle = self.principal_angle_deg(images) - 90.0
         g = PlanarElement(angle_deg=angle, reflect=torch.zeros_like(angle))
-        return act_inverse(images, g), g
+        return (act_inverse(images, g),), g

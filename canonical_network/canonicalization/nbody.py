@@ -31,20 +31,9 @@ from torch import nn
 from canonical_network.canonicalization.base import Canonicalizer
 from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt
 from canonical_network.nn.vector_neurons import VNDropout, VNLinear, vn_leaky_relu, vn_mean_pool
+from canonical_network.utils.checks import check_choice, check_fraction, check_int
 
 TRANSLATIONS = ("learned", "centroid")
-
-
-def _check_int(key: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{key} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-def _check_fraction(key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) < 1.0:
-        raise ValueError(f"{key} must be a number in [0, 1), got {value!r}")
-    return float(value)
 
 
 class VNDeepSetsLayer(nn.Module):
@@ -97,13 +86,11 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         freeze: bool = False,
     ) -> None:
         super().__init__(freeze=freeze)
-        hidden_dim = _check_int("hidden_dim", hidden_dim, 1)
-        num_layers = _check_int("num_layers", num_layers, 1)
-        dropout = _check_fraction("dropout", dropout)
-        negative_slope = _check_fraction("negative_slope", negative_slope)
-        if translation not in TRANSLATIONS:
-            raise ValueError(f"translation must be one of {list(TRANSLATIONS)}, got {translation!r}")
-        self.translation = translation
+        hidden_dim = check_int("canonicalization.hidden_dim", hidden_dim, low=1)
+        num_layers = check_int("canonicalization.num_layers", num_layers, low=1)
+        dropout = check_fraction("canonicalization.dropout", dropout)
+        negative_slope = check_fraction("canonicalization.negative_slope", negative_slope)
+        self.translation = check_choice("canonicalization.translation", translation, TRANSLATIONS)
         self.hidden_dim = hidden_dim
         self.num_layers = num_layers
 
@@ -115,7 +102,6 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         )
         # three frame vectors, plus the translation offset when it is learned
         self.readout = VNLinear(hidden_dim, 4 if translation == "learned" else 3)
-        self.finish_init()
 
     @staticmethod
     def _check_inputs(loc: torch.Tensor, vel: torch.Tensor, charges: torch.Tensor) -> torch.Tensor:

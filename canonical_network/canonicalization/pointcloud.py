@@ -71,7 +71,7 @@ import torch
 from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
-from canonical_network.groups.euclidean import gram_schmidt, invert_rotation
+from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt, invert_rotation
 from canonical_network.nn.knn import EXACT, graph_feature
 from canonical_network.nn.vector_neurons import (
     VN_EPS,
@@ -82,7 +82,7 @@ from canonical_network.nn.vector_neurons import (
     vn_mean_pool,
     vn_norms,
 )
-from canonical_network.utils.checks import check_choice, check_int_range
+from canonical_network.utils.checks import check_choice, check_fraction, check_int
 
 LAYERS = ("linear", "nonlinear")
 INPUTS = ("edges", "pointwise")
@@ -192,20 +192,17 @@ class VNPointCloudCanonicalizer(Canonicalizer):
         self.input = check_choice("canonicalization.input", input, INPUTS)
         self.pooling = check_choice("canonicalization.pooling", pooling, POOLINGS)
         self.group = check_choice("canonicalization.group", group, GROUPS)
-        self.hidden_dim = check_int_range("canonicalization.hidden_dim", hidden_dim, low=1)
+        self.hidden_dim = check_int("canonicalization.hidden_dim", hidden_dim, low=1)
         if self.input == "edges":
             if k is None:
                 raise ValueError(
-                    "canonicalization.k must be an integer in [1, inf] with canonicalization.input=edges; "
+                    "canonicalization.k must be an integer >= 1 with canonicalization.input=edges; "
                     "got None (k: null used to select the pointwise input, now canonicalization.input=pointwise)"
                 )
-            self.k: int | None = check_int_range("canonicalization.k", k, low=1)
+            self.k: int | None = check_int("canonicalization.k", k, low=1)
         else:
             self.k = None  # the pointwise input has no neighbours
-        if isinstance(negative_slope, bool) or not 0.0 <= float(negative_slope) < 1.0:
-            raise ValueError(
-                f"canonicalization.negative_slope must be a number in [0, 1); got {negative_slope!r}"
-            )
+        negative_slope = check_fraction("canonicalization.negative_slope", negative_slope)
         if self.layers == "linear" and self.input == "pointwise":
             raise ValueError(
                 "canonicalization.layers=linear needs canonicalization.input=edges (the paper's CN(L)): a "
@@ -241,7 +238,6 @@ class VNPointCloudCanonicalizer(Canonicalizer):
             width = hidden_dim
         self.neighbour_pool = pool(width) if self.input == "edges" else None
         self.point_pool = pool(3)
-        self.finish_init()
 
     def input_features(self, points: torch.Tensor) -> torch.Tensor:
         """The balanced input channels of the centred cloud: ``(B, 2|3, 3, P, k)`` edges or
@@ -279,14 +275,11 @@ class VNPointCloudCanonicalizer(Canonicalizer):
 
     def canonicalize(
         self, points: torch.Tensor, *rest: torch.Tensor
-    ) -> tuple[torch.Tensor | tuple, torch.Tensor]:
-        """``points (B, P, 3) ↦ points R``; other inputs (e.g. the ShapeNet category) pass through.
-
-        Returns a tensor when ``points`` is the only input, else the tuple ``(points R, *rest)``, and ``R``.
-        """
+    ) -> tuple[tuple[torch.Tensor, ...], EuclideanTransform]:
+        """``((points R, *rest), (R, 0))``: ``points (B, P, 3) ↦ points R``; other inputs (e.g. the ShapeNet
+        category) pass through. The element is a rotation about the origin (``EuclideanTransform``, t = 0)."""
         rotation = self.group_element(points)
-        canonical = invert_rotation(points, rotation)
-        return (canonical if not rest else (canonical, *rest)), rotation
+        return (invert_rotation(points, rotation), *rest), EuclideanTransform.from_rotation(rotation)
 
 
 __all__ = [

@@ -56,6 +56,4 @@ def from_checkpoint(checkpoint: str | None, freeze: bool = True) -> Canonicalize
         canonicalizer.load_state_dict(weights, strict=True)
     except RuntimeError as err:
         raise ValueError(f"{checkpoint}: its canonicalizer does not match {canon_cfg._target_}: {err}") from err
-    canonicalizer.finish_init()
-    canonicalizer.train(False)
-    return canonicalizer
+    return canonicalizer.set_frozen(bool(freeze))

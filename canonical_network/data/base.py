@@ -11,9 +11,9 @@ from lightning import LightningDataModule
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from canonical_network.data.samplers import EpochSeededRandomSampler
-from canonical_network.utils.checks import check_int_range
+from canonical_network.utils.checks import check_int
 
-SPLITS = ("train", "val", "test")
+SPLITS = ("train", "val", "test")  # the names of the splits everywhere: data modules, task metrics, logged keys
 
 
 class SplitDataModule(LightningDataModule):
@@ -28,8 +28,8 @@ class SplitDataModule(LightningDataModule):
 
     def __init__(self, batch_size: int, num_workers: int, pin_memory: bool = False) -> None:
         super().__init__()
-        check_int_range("data.batch_size", batch_size, low=1)
-        check_int_range("data.num_workers", num_workers, low=0)
+        check_int("data.batch_size", batch_size, low=1)
+        check_int("data.num_workers", num_workers, low=0)
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.pin_memory = pin_memory

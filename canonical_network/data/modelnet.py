@@ -28,7 +28,7 @@ from canonical_network.data.pointclouds import (
     seeded_generator,
     split_item,
 )
-from canonical_network.utils.checks import check_choice, check_int_range
+from canonical_network.utils.checks import check_choice, check_int
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,8 @@ MODELNET_POINTS_PER_SHAPE = 2048
 MODELNET_FILE_LISTS = {"train": "train_files.txt", "test": "test_files.txt"}
 # The folder the official zip unpacks to; data_dir may point at its parent.
 MODELNET_ZIP_FOLDER = "modelnet40_ply_hdf5_2048"
-VAL_SPLITS = ("test", "holdout")
+# The allowed values of data.val_split (validate on the test split, or on shapes held out of training).
+MODELNET_VAL_SPLIT_CHOICES = ("test", "holdout")
 TRAIN_SAMPLING = ("first", "random")
 
 
@@ -113,10 +114,10 @@ class ModelNet40DataModule(PointCloudDataModule):
         pin_memory: bool = False,
     ) -> None:
         super().__init__(rotation, rotation_axis, data_seed, batch_size, num_workers, pin_memory)
-        check_int_range("data.num_points", num_points, low=1, high=MODELNET_POINTS_PER_SHAPE)
+        check_int("data.num_points", num_points, low=1, high=MODELNET_POINTS_PER_SHAPE)
         check_choice("data.train_sampling", train_sampling, TRAIN_SAMPLING)
-        check_choice("data.val_split", val_split, VAL_SPLITS)
-        check_int_range("data.holdout_size", holdout_size, low=1)
+        check_choice("data.val_split", val_split, MODELNET_VAL_SPLIT_CHOICES)
+        check_int("data.holdout_size", holdout_size, low=1)
         self.data_dir = Path(data_dir)
         self.num_points = num_points
         self.train_sampling = train_sampling

@@ -33,10 +33,13 @@ from torch.utils.data import TensorDataset
 
 from canonical_network.data.base import SplitDataModule
 from canonical_network.data.nbody_sim import ChargedSimConfig, draw_initial_conditions, resolve_dot, simulate
+from canonical_network.utils.checks import check_choice
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "valid", "test")
+# The split names in the N-body arrays' file names (``loc_valid<suffix>.npy``), as EGNN's generator wrote them;
+# the DataModule's loaders call "valid" "val" (``data.base.SPLITS``).
+NBODY_FILE_SPLITS = ("train", "valid", "test")
 ARRAYS = ("loc", "vel", "edges", "charges")
 MANIFEST_FORMAT = "canonical_network.nbody/1"
 GENERATE_SCRIPT = "scripts/generate_nbody.py"
@@ -85,7 +88,7 @@ class NBodyDatasetSpec:
         return f"manifest{self.file_suffix}.json"
 
     def file_names(self) -> list[str]:
-        return [self.file_name(a, s) for s in SPLITS for a in ARRAYS]
+        return [self.file_name(a, s) for s in NBODY_FILE_SPLITS for a in ARRAYS]
 
     def expected_shape(self, array: str, split: str) -> tuple[int, ...]:
         s, n, d, t = self.num_sims(split), self.sim.n_particles, self.sim.dim, self.sim.num_frames
@@ -214,8 +217,8 @@ def generate_nbody_dataset(
 
     start = time.perf_counter()
     rng = np.random.RandomState(spec.seed)
-    inits = {split: draw_initial_conditions(rng, spec.num_sims(split), spec.sim) for split in SPLITS}
-    total = sum(spec.num_sims(s) for s in SPLITS)
+    inits = {split: draw_initial_conditions(rng, spec.num_sims(split), spec.sim) for split in NBODY_FILE_SPLITS}
+    total = sum(spec.num_sims(s) for s in NBODY_FILE_SPLITS)
 
     bar = None
     if progress:
@@ -226,7 +229,7 @@ def generate_nbody_dataset(
 
     files = {}
     try:
-        for split in SPLITS:
+        for split in NBODY_FILE_SPLITS:
             traj = simulate(inits[split], spec.sim, chunk_size=chunk_size, progress=update)
             for array in ARRAYS:
                 name = spec.file_name(array, split)
@@ -301,7 +304,7 @@ def verify_nbody_files(data_dir: str | Path, spec: NBodyDatasetSpec) -> bool:
             )
 
     problems = []
-    for split in SPLITS:
+    for split in NBODY_FILE_SPLITS:
         for array in ARRAYS:
             name = spec.file_name(array, split)
             path = data_dir / name
@@ -380,11 +383,12 @@ class NBodyDataModule(SplitDataModule):
     ):
         super().__init__(batch_size, num_workers)
         self.save_hyperparameters()
+        check_choice("data.dataset", dataset, sorted(NBODY_DATASETS))
         self.spec = get_dataset_spec(
             dataset, num_train=num_train, num_valid=num_valid, num_test=num_test, seed=seed
         )
         frames = self.spec.sim.num_frames
-        for label, frame in (("frame_in", frame_in), ("frame_out", frame_out)):
+        for label, frame in (("data.frame_in", frame_in), ("data.frame_out", frame_out)):
             if not 0 <= frame < frames:
                 raise ValueError(
                     f"{label}={frame} is out of range: {dataset!r} has {frames} frames (0..{frames - 1}); "
@@ -427,7 +431,7 @@ class NBodyDataModule(SplitDataModule):
         has_manifest = verify_nbody_files(self.data_dir, self.spec)
         if not has_manifest:
             log.info("No manifest in %s: checked the N-body files' shapes only.", self.data_dir)
-        for split in SPLITS:
+        for split in NBODY_FILE_SPLITS:
             limit = self.max_train_samples if split == "train" else None
             self.splits["val" if split == "valid" else split] = self._load_split(split, limit)
 

@@ -35,7 +35,7 @@ from torch.utils.data import Dataset, Sampler
 from canonical_network.data.base import SplitDataModule
 from canonical_network.data.samplers import EpochSeededRandomSampler
 from canonical_network.groups.euclidean import apply_rotation, random_axis_rotations, random_rotations
-from canonical_network.utils.checks import check_choice, check_int_range
+from canonical_network.utils.checks import check_choice, check_int
 
 ROTATION_KINDS = ("none", "z", "so3")
 # The paper's three settings first (Table 4, Table 5b); every other combination is allowed too.
@@ -79,7 +79,7 @@ def sample_rotations(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Rotation matrices ``(B, 3, 3)`` of one protocol side: identity, about ``axis``, or Haar on SO(3)."""
-    check_choice("rotation kind", kind, ROTATION_KINDS)
+    check_choice("kind", kind, ROTATION_KINDS)
     if kind == "none":
         return torch.eye(3, device=device).expand(batch_size, 3, 3).clone()
     if kind == "z":
@@ -152,7 +152,7 @@ class PointCloudDataModule(SplitDataModule):
         super().__init__(batch_size, num_workers, pin_memory)
         self.train_rotation, self.test_rotation = parse_rotation(rotation)
         check_choice("data.rotation_axis", rotation_axis, ROTATION_AXES)
-        check_int_range("data.data_seed", data_seed, low=0)
+        check_int("data.data_seed", data_seed, low=0)
         self.rotation = rotation
         self.rotation_axis = rotation_axis
         self.data_seed = data_seed

@@ -22,7 +22,7 @@ from torch.utils.data import TensorDataset
 from canonical_network.data.base import SplitDataModule
 from canonical_network.data.cache import SourceCache
 from canonical_network.groups.image import rotate_deg
-from canonical_network.utils.checks import check_choice, check_int_range
+from canonical_network.utils.checks import check_choice, check_int
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +83,9 @@ class RotatedMNIST5kDataModule(_ImageDataModule):
         pin_memory: bool = False,
     ) -> None:
         super().__init__(batch_size, num_workers, augmentation, pin_memory)
-        check_int_range("data.train_per_class", train_per_class, low=1, high=self.PER_CLASS - 2)
-        check_int_range("data.val_per_class", val_per_class, low=1, high=self.PER_CLASS - 1 - train_per_class)
-        check_int_range("data.eval_rotations", eval_rotations, low=1)
+        check_int("data.train_per_class", train_per_class, low=1, high=self.PER_CLASS - 2)
+        check_int("data.val_per_class", val_per_class, low=1, high=self.PER_CLASS - 1 - train_per_class)
+        check_int("data.eval_rotations", eval_rotations, low=1)
         self.train_per_class = train_per_class
         self.val_per_class = val_per_class
         self.eval_rotations = eval_rotations
@@ -256,7 +256,7 @@ class RotatedMNISTDataModule(_ImageDataModule):
         pin_memory: bool = False,
     ) -> None:
         super().__init__(batch_size, num_workers, augmentation, pin_memory)
-        check_int_range("data.num_train", num_train, low=1)
+        check_int("data.num_train", num_train, low=1)
         self.data_dir = Path(data_dir)
         self.num_train = num_train
 

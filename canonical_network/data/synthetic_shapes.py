@@ -41,7 +41,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from canonical_network.data.pointclouds import PointCloudDataModule
-from canonical_network.utils.checks import check_choice, check_int_range
+from canonical_network.utils.checks import check_choice, check_int, check_number
 
 log = logging.getLogger(__name__)
 
@@ -360,8 +360,8 @@ def generate_synthetic_shapes(
         noise), ``categories`` (N,) int64 (index into :data:`SYNTHETIC_CATEGORIES`), ``part_labels`` (N, P)
         int64 (global part ids, :data:`SYNTHETIC_CATEGORY_PARTS`).
     """
-    check_int_range("num_shapes", num_shapes, low=0)
-    check_int_range("num_points", num_points, low=1)
+    check_int("num_shapes", num_shapes, low=0)
+    check_int("num_points", num_points, low=1)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     categories = rng.permutation(np.arange(num_shapes) % len(SYNTHETIC_CATEGORIES)).astype(np.int64)
     points = np.zeros((num_shapes, num_points, 3))
@@ -422,10 +422,9 @@ class SyntheticShapesDataModule(PointCloudDataModule):
         super().__init__(rotation, UP_AXIS, data_seed, batch_size, num_workers, pin_memory)
         check_choice("data.task", task, TASKS)
         for key, value in (("num_train", num_train), ("num_val", num_val), ("num_test", num_test)):
-            check_int_range(f"data.{key}", value, low=1)
-        check_int_range("data.num_points", num_points, low=1)
-        if not noise_std >= 0:
-            raise ValueError(f"data.noise_std must be >= 0; got {noise_std!r}")
+            check_int(f"data.{key}", value, low=1)
+        check_int("data.num_points", num_points, low=1)
+        check_number("data.noise_std", noise_std, low=0)
         self.task = task
         self.sizes = {"train": num_train, "val": num_val, "test": num_test}
         self.num_points = num_points

@@ -46,6 +46,20 @@ class EuclideanTransform(NamedTuple):
     rotation: torch.Tensor
     translation: torch.Tensor
 
+    @property
+    def index(self) -> None:
+        """Continuous group: no enumeration (:class:`~canonical_network.groups.GroupElement`)."""
+        return None
+
+    def matrix(self) -> torch.Tensor:
+        """The linear part ``R`` ``(B, 3, 3)`` (:class:`~canonical_network.groups.GroupElement`)."""
+        return self.rotation
+
+    @classmethod
+    def from_rotation(cls, rotation: torch.Tensor) -> EuclideanTransform:
+        """``(R, 0)``: a rotation about the origin (point-cloud canonicalizers choose only ``R``)."""
+        return cls(rotation, rotation.new_zeros(rotation.shape[:-1]))
+
     def apply_to_points(self, x: torch.Tensor) -> torch.Tensor:
         """``x Rᵀ + t`` for points ``(B, N, 3)``."""
         return apply_euclidean(x, self.rotation, self.translation)

@@ -31,7 +31,7 @@ def rotate_deg(images: torch.Tensor, angle_deg: torch.Tensor | float) -> torch.T
 
 @dataclass
 class PlanarElement:
-    """A batch of elements of C_N or D_N acting on images.
+    """A batch of elements of C_N, D_N or SO(2) acting on images (a :class:`~canonical_network.groups.GroupElement`).
 
     Attributes:
         angle_deg: (B,) rotation angle in degrees; carries the straight-through gradient in training.
@@ -44,6 +44,14 @@ class PlanarElement:
     angle_deg: torch.Tensor
     reflect: torch.Tensor
     index: torch.Tensor | None = None
+
+    def matrix(self) -> torch.Tensor:
+        """``(B, 2, 2)`` action on display coordinates (x right, y up): rotation ∘ flip^r (flip: x ↦ −x)."""
+        theta = torch.deg2rad(self.angle_deg)
+        cos, sin = theta.cos(), theta.sin()
+        rotation = torch.stack([torch.stack([cos, -sin], -1), torch.stack([sin, cos], -1)], -2)
+        flip_x = 1.0 - 2.0 * self.reflect.to(rotation.dtype)  # −1 where the element reflects
+        return rotation * torch.stack([flip_x, torch.ones_like(flip_x)], -1).unsqueeze(-2)
 
 
 def _blend_flip(images: torch.Tensor, reflect: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """k-nearest-neighbour graphs and DGCNN edge features in plain torch.
 
-PyG's ``knn``/``knn_graph`` need ``pyg-lib`` or ``torch-cluster``, which cannot be installed here, so the
+PyG's ``knn``/``knn_graph`` need the compiled extensions ``pyg-lib`` or ``torch-cluster``, which the package
+does not depend on (they could not be installed where it was developed: ``docs/measurements.md``), so the
 graph is built densely: a batched ``torch.cdist`` and ``topk``. That is ``O(B N²)`` memory, fine for the
 point clouds of the paper (N ≤ 2048).
 

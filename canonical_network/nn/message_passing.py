@@ -18,29 +18,12 @@ The graphs are built in plain torch (:func:`fully_connected_edge_index`) because
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import degree
 
-
-def check_int(key: str, value: object, minimum: int) -> int:
-    """Return ``value`` if it is an int ``>= minimum``, else raise a ``ValueError`` naming ``key``.
-
-    bools are rejected although Python treats them as ints: ``num_layers=True`` is a config typo.
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{key} must be an integer in [{minimum}, ∞), got {value!r}")
-    return value
-
-
-def check_bool(key: str, value: object) -> bool:
-    """Return ``value`` if it is a bool, else raise a ``ValueError`` naming ``key``."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{key} must be a bool (True or False), got {value!r}")
-    return value
+from canonical_network.utils.checks import check_bool, check_int, check_number
 
 
 def fully_connected_edge_index(
@@ -58,8 +41,8 @@ def fully_connected_edge_index(
         the flattened ``(B·N)`` layout. Order: graph by graph; within a graph by source, then by target
         (the order of the nested loops in the EGNN repository's ``NBodyDataset.get_edges``).
     """
-    check_int("batch_size", batch_size, 0)
-    check_int("num_nodes", num_nodes, 0)
+    check_int("batch_size", batch_size, low=0)
+    check_int("num_nodes", num_nodes, low=0)
     nodes = torch.arange(num_nodes, device=device)
     source = nodes.repeat_interleave(num_nodes)
     target = nodes.repeat(num_nodes)
@@ -117,9 +100,11 @@ class GraphConvLayer(MessagePassing):
 
     def __init__(self, hidden_dim: int = 64, edge_attr_dim: int = 2, residual: bool = True) -> None:
         super().__init__(aggr="add")
-        check_int("hidden_dim", hidden_dim, 1)
-        check_int("edge_attr_dim", edge_attr_dim, 0)
-        self.residual = check_bool("residual", residual)
+        # The layers are built by the N-body predictors only (configs/prediction/{gnn,egnn,fa_gnn}.yaml), so
+        # their config-facing arguments are named under ``prediction.``; edge_attr_dim comes from code.
+        check_int("prediction.hidden_dim", hidden_dim, low=1)
+        check_int("edge_attr_dim", edge_attr_dim, low=0)
+        self.residual = check_bool("prediction.residual", residual)
         self.edge_mlp = nn.Sequential(
             nn.Linear(2 * hidden_dim + edge_attr_dim, hidden_dim),
             nn.SiLU(),
@@ -181,17 +166,11 @@ class EquivariantGraphConvLayer(MessagePassing):
         update_features: bool = True,
     ) -> None:
         super().__init__(aggr="add")
-        check_int("hidden_dim", hidden_dim, 1)
-        check_int("edge_attr_dim", edge_attr_dim, 0)
-        if (
-            isinstance(coords_weight, bool)
-            or not isinstance(coords_weight, int | float)
-            or not math.isfinite(coords_weight)
-        ):
-            raise ValueError(f"coords_weight must be a finite real number in (-∞, ∞), got {coords_weight!r}")
+        check_int("prediction.hidden_dim", hidden_dim, low=1)
+        check_int("edge_attr_dim", edge_attr_dim, low=0)
         self.hidden_dim = hidden_dim
-        self.coords_weight = float(coords_weight)
-        self.residual = check_bool("residual", residual)
+        self.coords_weight = check_number("prediction.coords_weight", coords_weight, finite=True)
+        self.residual = check_bool("prediction.residual", residual)
         self.update_features = check_bool("update_features", update_features)
         # +1: the squared distance of the current positions, recomputed in every layer.
         self.edge_mlp = nn.Sequential(

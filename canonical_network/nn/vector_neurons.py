@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from canonical_network.utils.checks import check_fraction, check_int
+
 #: Added to squared norms before dividing by them. Deng et al. use 1e-6; it only matters for (near-)zero
 #: vectors, where it keeps outputs and gradients finite.
 VN_EPS = 1e-6
@@ -156,9 +158,7 @@ class VNDropout(nn.Module):
 
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"p must lie in [0, 1), got {p!r}")
-        self.p = float(p)
+        self.p = check_fraction("p", p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_vn(x)
@@ -240,8 +240,7 @@ class VNInvariant(nn.Module):
         batch_norm: bool = False,
     ) -> None:
         super().__init__()
-        if isinstance(hidden_layers, bool) or not isinstance(hidden_layers, int) or hidden_layers < 1:
-            raise ValueError(f"hidden_layers must be an int >= 1, got {hidden_layers!r}")
+        check_int("hidden_layers", hidden_layers, low=1)
         blocks: list[nn.Module] = []
         width = channels
         for depth in range(1, hidden_layers + 1):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from canonical_network.utils.checks import check_int_range
+from canonical_network.utils.checks import check_fraction, check_int, check_positive
 
 # (out_channels, kernel, stride, dropout) per layer, Appendix G.1: layers 1-3 have 32 channels, 4-6 have
 # 64 and layer 7 has 128; 5×5 stride-2 convolutions replace pooling at layers 4 and 7; dropout 0.4 there.
@@ -45,12 +45,10 @@ class CNN(nn.Module):
         dropout: float = 0.4,
     ) -> None:
         super().__init__()
-        check_int_range("prediction.num_classes", num_classes, low=2)
-        check_int_range("prediction.in_channels", in_channels, low=1)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"prediction.dropout must be in [0, 1); got {dropout!r}")
-        if width <= 0:
-            raise ValueError(f"prediction.width must be > 0; got {width!r}")
+        check_int("prediction.num_classes", num_classes, low=2)
+        check_int("prediction.in_channels", in_channels, low=1)
+        check_fraction("prediction.dropout", dropout)
+        check_positive("prediction.width", width)
         layers: list[nn.Module] = []
         channels, size = in_channels, image_size
         for out_channels, kernel, stride, layer_dropout in PAPER_LAYERS:

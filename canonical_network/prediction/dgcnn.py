@@ -24,19 +24,8 @@ import torch
 from torch import nn
 
 from canonical_network.nn.knn import graph_feature
-from canonical_network.prediction.pointnet import (
-    category_one_hot,
-    check_dropout,
-    check_head,
-    check_points,
-    check_slope,
-    check_width,
-    scaled,
-)
-from canonical_network.utils.checks import check_int_range
-
-#: neighbours per head (Wang et al. 2019; Deng et al. 2021 use 40 for part segmentation)
-DEFAULT_K = {"classification": 20, "segmentation": 40}
+from canonical_network.prediction.pointnet import PointCloudPredictor, category_one_hot, check_points, scaled
+from canonical_network.utils.checks import check_fraction, check_int, check_positive
 
 
 def _edge_layer(c_in: int, c_out: int, negative_slope: float) -> nn.Sequential:
@@ -180,7 +169,7 @@ EDGE_CONV_BLOCKS = {
 }
 
 
-class DGCNN(nn.Module):
+class DGCNN(PointCloudPredictor):
     """DGCNN classifier or part segmenter.
 
     Args:
@@ -213,16 +202,12 @@ class DGCNN(nn.Module):
         input_transform: bool | None = None,
         negative_slope: float = 0.2,
     ) -> None:
-        super().__init__()
-        self.head_type = check_head(head)
-        self.num_classes = check_int_range("prediction.num_classes", num_classes, low=2)
-        self.num_parts = check_int_range("prediction.num_parts", num_parts, low=2)
-        self.num_categories = check_int_range("prediction.num_categories", num_categories, low=1)
-        self.k = check_int_range("prediction.k", DEFAULT_K[self.head_type] if k is None else k, low=1)
-        emb_dims = check_int_range("prediction.emb_dims", emb_dims, low=1)
-        width = check_width(width)
-        dropout = check_dropout(dropout)
-        slope = check_slope("negative_slope", negative_slope)
+        super().__init__(head, num_classes, num_parts, num_categories)
+        self.k = self.neighbours(k)
+        emb_dims = check_int("prediction.emb_dims", emb_dims, low=1)
+        width = check_positive("prediction.width", width)
+        dropout = check_fraction("prediction.dropout", dropout)
+        slope = check_fraction("prediction.negative_slope", negative_slope)
         if input_transform is None:
             input_transform = self.head_type == "segmentation"
         self.transform = SpatialTransform(self.k, width, slope) if input_transform else None
@@ -267,7 +252,6 @@ class DGCNN(nn.Module):
 
 
 __all__ = [
-    "DEFAULT_K",
     "DGCNN",
     "DGCNNClassificationHead",
     "DGCNNSegmentationHead",

@@ -13,12 +13,11 @@ from torch import nn
 
 from canonical_network.nn.message_passing import (
     EquivariantGraphConvLayer,
-    check_bool,
-    check_int,
     flatten_nodes,
     fully_connected_edge_index,
     nbody_edge_attr,
 )
+from canonical_network.utils.checks import check_bool, check_int
 
 
 class EGNN(nn.Module):
@@ -48,9 +47,9 @@ class EGNN(nn.Module):
         self, hidden_dim: int = 64, num_layers: int = 4, coords_weight: float = 1.0, residual: bool = True
     ) -> None:
         super().__init__()
-        self.hidden_dim = check_int("hidden_dim", hidden_dim, 1)
-        self.num_layers = check_int("num_layers", num_layers, 1)
-        check_bool("residual", residual)
+        self.hidden_dim = check_int("prediction.hidden_dim", hidden_dim, low=1)
+        self.num_layers = check_int("prediction.num_layers", num_layers, low=1)
+        check_bool("prediction.residual", residual)
         self.embedding = nn.Linear(self.NODE_INPUT_DIM, hidden_dim)
         # Only positions leave the network, so the last layer's feature update would be dead weight (the
         # reference computes and discards it; same outputs, 3·H² + 2·H fewer parameters here).

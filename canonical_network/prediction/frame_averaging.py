@@ -29,12 +29,12 @@ import torch
 from torch import nn
 
 from canonical_network.nn.message_passing import (
-    check_int,
     flatten_nodes,
     fully_connected_edge_index,
     nbody_edge_attr,
 )
 from canonical_network.prediction.gnn import GNN
+from canonical_network.utils.checks import check_int
 
 #: Every choice of orientation of the three principal axes: ``(8, 3)`` of ±1, half of them reflections.
 AXIS_SIGNS: tuple[tuple[float, float, float], ...] = tuple(itertools.product((1.0, -1.0), repeat=3))
@@ -150,10 +150,10 @@ class LayerwiseFrameAveragingGNN(nn.Module):
         residual: bool = True,
     ) -> None:
         super().__init__()
-        check_int("hidden_dim", hidden_dim, 3)
+        check_int("prediction.hidden_dim", hidden_dim, low=3)
         if hidden_dim % 3:
             raise ValueError(
-                f"hidden_dim must be a multiple of 3 (features are read as 3-vectors), got {hidden_dim}"
+                f"prediction.hidden_dim must be a multiple of 3 (features are read as 3-vectors); got {hidden_dim!r}"
             )
         # The plain GNN holds the layers; this class only changes how features flow between them.
         self.backbone = GNN(hidden_dim, num_layers, squared_distance_edge_attr, residual)

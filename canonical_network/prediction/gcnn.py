@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from canonical_network.prediction.cnn import PAPER_LAYERS
-from canonical_network.utils.checks import check_int_range
+from canonical_network.utils.checks import check_fraction, check_int, check_positive
 
 #: Regular fields per layer at ``width: 1.0``: the CNN's channel counts (Appendix G.1).
 PAPER_CHANNELS: tuple[int, ...] = tuple(layer[0] for layer in PAPER_LAYERS)
@@ -83,8 +83,7 @@ def resolve_channels(width: float, channels: Sequence[int] | None) -> list[int]:
                 f"(regular fields per layer); got {channels!r}"
             )
         return channels
-    if not isinstance(width, int | float) or isinstance(width, bool) or width <= 0:
-        raise ValueError(f"prediction.width must be a number > 0; got {width!r}")
+    width = check_positive("prediction.width", width)
     return [max(1, round(c * width)) for c in PAPER_CHANNELS]
 
 
@@ -124,18 +123,13 @@ class GCNN(nn.Module):
         frequencies_cutoff: float | None = None,
     ) -> None:
         super().__init__()
-        check_int_range("prediction.num_rotations", num_rotations, low=1)
-        check_int_range("prediction.num_classes", num_classes, low=2)
-        check_int_range("prediction.in_channels", in_channels, low=1)
-        check_int_range("prediction.image_size", image_size, low=1)
-        if not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"prediction.dropout must be in [0, 1); got {dropout!r}")
-        if frequencies_cutoff is not None and (
-            not isinstance(frequencies_cutoff, int | float) or frequencies_cutoff <= 0
-        ):
-            raise ValueError(f"prediction.frequencies_cutoff must be null or > 0; got {frequencies_cutoff!r}")
-        # escnn reads a float as "frequency ≤ cutoff · radius" but rejects an int.
-        frequencies_cutoff = None if frequencies_cutoff is None else float(frequencies_cutoff)
+        check_int("prediction.num_rotations", num_rotations, low=1)
+        check_int("prediction.num_classes", num_classes, low=2)
+        check_int("prediction.in_channels", in_channels, low=1)
+        check_int("prediction.image_size", image_size, low=1)
+        check_fraction("prediction.dropout", dropout)
+        # escnn reads a float as "frequency ≤ cutoff · radius" but rejects an int (the check returns a float).
+        frequencies_cutoff = check_positive("prediction.frequencies_cutoff", frequencies_cutoff, optional=True)
         fields = resolve_channels(width, channels)
         plan = plan_layers(image_size)
 
@@ -188,9 +182,9 @@ def basis_dimensions(
 
     Built on a single input and output field (the basis is the same for every pair of fields; escnn stores
     one weight vector of this size per pair). This is not much cheaper than the full model for large N: the
-    cost is escnn sampling the basis of one pair of regular fields (a few seconds and ~2 GB for N = 64 here), which
-    the layers share, and the count needs that sample (escnn drops elements that vanish on the grid). Cached
-    per process, as escnn caches the sampled bases.
+    cost is escnn sampling the basis of one pair of regular fields (time and memory for N = 64:
+    ``docs/measurements.md``), which the layers share, and the count needs that sample (escnn drops elements
+    that vanish on the grid). Cached per process, as escnn caches the sampled bases.
     """
     cutoff = None if frequencies_cutoff is None else float(frequencies_cutoff)
     return dict(_basis_dimensions(num_rotations, in_channels, cutoff))

@@ -12,12 +12,11 @@ from torch import nn
 
 from canonical_network.nn.message_passing import (
     GraphConvLayer,
-    check_bool,
-    check_int,
     flatten_nodes,
     fully_connected_edge_index,
     nbody_edge_attr,
 )
+from canonical_network.utils.checks import check_bool, check_int
 
 
 class GNN(nn.Module):
@@ -53,10 +52,12 @@ class GNN(nn.Module):
         residual: bool = True,
     ) -> None:
         super().__init__()
-        self.hidden_dim = check_int("hidden_dim", hidden_dim, 1)
-        self.num_layers = check_int("num_layers", num_layers, 1)
-        self.squared_distance_edge_attr = check_bool("squared_distance_edge_attr", squared_distance_edge_attr)
-        check_bool("residual", residual)
+        self.hidden_dim = check_int("prediction.hidden_dim", hidden_dim, low=1)
+        self.num_layers = check_int("prediction.num_layers", num_layers, low=1)
+        self.squared_distance_edge_attr = check_bool(
+            "prediction.squared_distance_edge_attr", squared_distance_edge_attr
+        )
+        check_bool("prediction.residual", residual)
         edge_attr_dim = 2 if squared_distance_edge_attr else 1
         self.embedding = nn.Linear(self.NODE_INPUT_DIM, hidden_dim)
         self.layers = nn.ModuleList(

@@ -6,10 +6,10 @@ The EGNN paper's linear baseline (``Linear_dynamics`` in vgsatorras/egnn, ``--mo
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
+
+from canonical_network.utils.checks import check_number
 
 
 class LinearDynamics(nn.Module):
@@ -26,13 +26,8 @@ class LinearDynamics(nn.Module):
 
     def __init__(self, init_time: float = 0.7) -> None:
         super().__init__()
-        if (
-            isinstance(init_time, bool)
-            or not isinstance(init_time, int | float)
-            or not math.isfinite(init_time)
-        ):
-            raise ValueError(f"init_time must be a finite real number in (-∞, ∞), got {init_time!r}")
-        self.time = nn.Parameter(torch.tensor([float(init_time)]))
+        init_time = check_number("prediction.init_time", init_time, finite=True)
+        self.time = nn.Parameter(torch.tensor([init_time]))
 
     def forward(self, loc: torch.Tensor, vel: torch.Tensor, charges: torch.Tensor) -> torch.Tensor:
         return loc + self.time * vel

@@ -25,9 +25,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from canonical_network.utils.checks import check_choice, check_int_range
+from canonical_network.utils.checks import check_choice, check_fraction, check_int, check_positive
 
 HEADS = ("classification", "segmentation")
+#: kNN size of the edge convolutions per head (Wang et al. 2019; Deng et al. 2021 use 40 for part segmentation)
+DEFAULT_K = {"classification": 20, "segmentation": 40}
 
 #: Weight of :func:`feature_transform_regularizer` in the training loss (PointNet, Qi et al. 2017 §4.2
 #: and their code: 0.001).
@@ -37,26 +39,26 @@ FEATURE_TRANSFORM_REG_WEIGHT = 1e-3
 # ---------------------------------------------------------------------------------------------------------
 # helpers shared by the four point-cloud backbones
 # ---------------------------------------------------------------------------------------------------------
-def check_head(head: object) -> str:
-    return str(check_choice("prediction.head", head, HEADS))
+class PointCloudPredictor(nn.Module):
+    """What the four point-cloud backbones share: the head they end in and the sizes the data config
+    publishes, checked once with their full config keys.
 
+    Args:
+        head: "classification" (``forward(points) -> logits (B, num_classes)``) or "segmentation"
+            (``forward(points, category) -> part logits (B, P, num_parts)``).
+        num_classes, num_parts, num_categories: from ``data_info`` (ModelNet40: 40; ShapeNet-part: 50, 16).
+    """
 
-def check_width(width: object) -> float:
-    if isinstance(width, bool) or not isinstance(width, int | float) or not width > 0:
-        raise ValueError(f"prediction.width must be a number > 0; got {width!r}")
-    return float(width)
+    def __init__(self, head: str, num_classes: int, num_parts: int, num_categories: int) -> None:
+        super().__init__()
+        self.head_type = check_choice("prediction.head", head, HEADS)
+        self.num_classes = check_int("prediction.num_classes", num_classes, low=2)
+        self.num_parts = check_int("prediction.num_parts", num_parts, low=2)
+        self.num_categories = check_int("prediction.num_categories", num_categories, low=1)
 
-
-def check_dropout(dropout: object) -> float:
-    if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"prediction.dropout must be a number in [0, 1); got {dropout!r}")
-    return float(dropout)
-
-
-def check_slope(key: str, slope: object) -> float:
-    if isinstance(slope, bool) or not isinstance(slope, int | float) or not 0.0 <= slope < 1.0:
-        raise ValueError(f"prediction.{key} must be a number in [0, 1); got {slope!r}")
-    return float(slope)
+    def neighbours(self, k: int | None) -> int:
+        """``prediction.k``, or the head's default (:data:`DEFAULT_K`) for ``None``."""
+        return check_int("prediction.k", DEFAULT_K[self.head_type] if k is None else k, low=1)
 
 
 def scaled(channels: int, width: float) -> int:
@@ -245,7 +247,7 @@ _ENCODER = {"classification": ((64, 128), 1), "segmentation": ((64, 128, 128, 51
 _EMB_DIMS = {"classification": 1024, "segmentation": 2048}
 
 
-class PointNet(nn.Module):
+class PointNet(PointCloudPredictor):
     """PointNet classifier or part segmenter.
 
     Args:
@@ -279,16 +281,12 @@ class PointNet(nn.Module):
         width: float = 1.0,
         dropout: float = 0.4,
     ) -> None:
-        super().__init__()
-        self.head_type = check_head(head)
-        self.num_classes = check_int_range("prediction.num_classes", num_classes, low=2)
-        self.num_parts = check_int_range("prediction.num_parts", num_parts, low=2)
-        self.num_categories = check_int_range("prediction.num_categories", num_categories, low=1)
-        width = check_width(width)
-        dropout = check_dropout(dropout)
+        super().__init__(head, num_classes, num_parts, num_categories)
+        width = check_positive("prediction.width", width)
+        dropout = check_fraction("prediction.dropout", dropout)
         if emb_dims is None:
             emb_dims = scaled(_EMB_DIMS[self.head_type], width)
-        emb_dims = check_int_range("prediction.emb_dims", emb_dims, low=1)
+        emb_dims = check_int("prediction.emb_dims", emb_dims, low=1)
         hidden, transform_after = _ENCODER[self.head_type]
         widths = (*(scaled(c, width) for c in hidden), emb_dims)
         self.encoder = PointNetEncoder(
@@ -320,8 +318,10 @@ class PointNet(nn.Module):
 
 
 __all__ = [
+    "DEFAULT_K",
     "FEATURE_TRANSFORM_REG_WEIGHT",
     "HEADS",
+    "PointCloudPredictor",
     "PointNet",
     "PointNetClassificationHead",
     "PointNetEncoder",

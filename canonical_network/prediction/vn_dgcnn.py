@@ -33,19 +33,11 @@ from canonical_network.prediction.dgcnn import (
     DGCNNClassificationHead,
     DGCNNSegmentationHead,
 )
-from canonical_network.prediction.pointnet import (
-    category_one_hot,
-    check_dropout,
-    check_head,
-    check_points,
-    check_slope,
-    check_width,
-)
+from canonical_network.prediction.pointnet import PointCloudPredictor, category_one_hot, check_points
 from canonical_network.prediction.vn_pointnet import POOLINGS, std_feature, vn_channels, vn_pool, with_mean
-from canonical_network.utils.checks import check_choice, check_int_range
+from canonical_network.utils.checks import check_choice, check_fraction, check_int, check_positive
 
 #: neighbours per head (Deng et al.'s training scripts: 20 and 40)
-DEFAULT_K = {"classification": 20, "segmentation": 40}
 
 
 class VNEdgeConv(nn.Module):
@@ -76,7 +68,7 @@ class VNEdgeConv(nn.Module):
 
 
 
-class VNDGCNN(nn.Module):
+class VNDGCNN(PointCloudPredictor):
     """VN-DGCNN classifier or part segmenter, O(3)-invariant by construction.
 
     Args:
@@ -108,17 +100,13 @@ class VNDGCNN(nn.Module):
         pooling: str = "mean",
         negative_slope: float = 0.2,
     ) -> None:
-        super().__init__()
-        self.head_type = check_head(head)
-        self.num_classes = check_int_range("prediction.num_classes", num_classes, low=2)
-        self.num_parts = check_int_range("prediction.num_parts", num_parts, low=2)
-        self.num_categories = check_int_range("prediction.num_categories", num_categories, low=1)
-        self.k = check_int_range("prediction.k", DEFAULT_K[self.head_type] if k is None else k, low=1)
-        emb_channels = check_int_range("prediction.emb_dims", emb_dims, low=3) // 3
-        width = check_width(width)
-        dropout = check_dropout(dropout)
+        super().__init__(head, num_classes, num_parts, num_categories)
+        self.k = self.neighbours(k)
+        emb_channels = check_int("prediction.emb_dims", emb_dims, low=3) // 3
+        width = check_positive("prediction.width", width)
+        dropout = check_fraction("prediction.dropout", dropout)
         self.pooling = check_choice("prediction.pooling", pooling, POOLINGS)
-        slope = check_slope("negative_slope", negative_slope)
+        slope = check_fraction("prediction.negative_slope", negative_slope)
 
         blocks, c_in = [], 1  # the input cloud is one VN channel
         # Same block layout as DGCNN, the widths read as scalar-equivalent VN widths.
@@ -159,4 +147,4 @@ class VNDGCNN(nn.Module):
         return self.head(invariant.amax(dim=-1), one_hot, skip)
 
 
-__all__ = ["DEFAULT_K", "VNDGCNN", "VNEdgeConv"]
+__all__ = ["VNDGCNN", "VNEdgeConv"]

@@ -42,20 +42,16 @@ from canonical_network.nn.vector_neurons import (
     vn_in_frame,
 )
 from canonical_network.prediction.pointnet import (
+    PointCloudPredictor,
     PointNetClassificationHead,
     PointNetSegmentationHead,
     category_one_hot,
-    check_dropout,
-    check_head,
     check_points,
-    check_width,
     scaled,
 )
-from canonical_network.utils.checks import check_choice, check_int_range
+from canonical_network.utils.checks import check_choice, check_fraction, check_int, check_positive
 
 POOLINGS = ("mean", "max")
-#: neighbours of the first layer per head (Deng et al.'s training scripts: 20 and 40)
-DEFAULT_K = {"classification": 20, "segmentation": 40}
 #: scalar-equivalent width of the global feature per head (VN channels: a third)
 _EMB_DIMS = {"classification": 1024, "segmentation": 2048}
 
@@ -103,7 +99,7 @@ class VNTNet(nn.Module):
         return self.global_mlp(self.pool(self.point_mlp(x)))
 
 
-class VNPointNet(nn.Module):
+class VNPointNet(PointCloudPredictor):
     """VN-PointNet classifier or part segmenter, SO(3)-invariant by construction.
 
     Args:
@@ -136,18 +132,14 @@ class VNPointNet(nn.Module):
         pooling: str = "mean",
         feature_transform: bool = True,
     ) -> None:
-        super().__init__()
-        self.head_type = check_head(head)
-        self.num_classes = check_int_range("prediction.num_classes", num_classes, low=2)
-        self.num_parts = check_int_range("prediction.num_parts", num_parts, low=2)
-        self.num_categories = check_int_range("prediction.num_categories", num_categories, low=1)
-        self.k = check_int_range("prediction.k", DEFAULT_K[self.head_type] if k is None else k, low=1)
-        width = check_width(width)
-        dropout = check_dropout(dropout)
+        super().__init__(head, num_classes, num_parts, num_categories)
+        self.k = self.neighbours(k)
+        width = check_positive("prediction.width", width)
+        dropout = check_fraction("prediction.dropout", dropout)
         self.pooling = check_choice("prediction.pooling", pooling, POOLINGS)
         if emb_dims is None:
             emb_dims = scaled(_EMB_DIMS[self.head_type], width)
-        emb_channels = check_int_range("prediction.emb_dims", emb_dims, low=3) // 3
+        emb_channels = check_int("prediction.emb_dims", emb_dims, low=3) // 3
         slope = 0.0  # VN-ReLU throughout, as in the reference
 
         def block(c_in: int, c_out: int) -> VNLinearLeakyReLU:
@@ -214,7 +206,6 @@ class VNPointNet(nn.Module):
 
 
 __all__ = [
-    "DEFAULT_K",
     "POOLINGS",
     "VNPointNet",
     "VNTNet",

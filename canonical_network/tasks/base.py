@@ -1,15 +1,27 @@
-"""What every task module shares: the canonicalized network, optimiser set-up, parameter counts."""
+"""What every task module shares: the canonicalized network, the step skeleton, optimiser set-up, parameter
+counts.
+
+The step is written once (:meth:`CanonicalizedTask.model_step`, as the Lightning-Hydra template's
+``model_step``): split the batch into inputs and target, run φ, compute the loss, log ``{split}/loss``, update
+and log the split's metrics. A task gives only what is its own: :meth:`~CanonicalizedTask.loss` and, through
+the constructor's ``metrics``, what it measures per split (``update_metrics`` when a metric needs more than
+``(output, target)``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from lightning import LightningModule
 from torch import nn
+from torchmetrics import Metric
 
 from canonical_network.canonicalization.base import CanonicalizedModel, Canonicalizer
+from canonical_network.data.base import SPLITS
+from canonical_network.tasks.metrics import FigureDict
+from canonical_network.utils.checks import check_positive
 
 
 class CanonicalizedTask(LightningModule):
@@ -24,7 +36,15 @@ class CanonicalizedTask(LightningModule):
         canonicalizer_lr: learning rate of the canonicalizer's parameters; ``None`` (default) gives every
             parameter the optimiser's own. The authors' code uses one learning rate for both; a separate
             one is an ablation (h sees a few hundred steps and may need a larger step than f).
+        metrics: per split (``"train"``, ``"val"``, ``"test"``), the metrics logged as ``{split}/{name}``
+            (epoch means). A :class:`~canonical_network.tasks.metrics.FigureDict` metric, whose ``compute``
+            returns several named figures, is logged at the epoch's end as ``{split}/{figure}``.
+
+    Batches are ``(*inputs, target)``: the network is called on the inputs (``split_batch`` to change that).
     """
+
+    #: whether validation and test log ``{split}/loss`` (off where the loss *is* a metric, e.g. N-body MSE)
+    log_eval_loss: bool = True
 
     def __init__(
         self,
@@ -33,13 +53,18 @@ class CanonicalizedTask(LightningModule):
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., Any] | None = None,
         canonicalizer_lr: float | None = None,
+        metrics: Mapping[str, Mapping[str, Metric]] | None = None,
     ) -> None:
         super().__init__()
-        if canonicalizer_lr is not None and (
-            isinstance(canonicalizer_lr, bool) or not isinstance(canonicalizer_lr, (int, float)) or not canonicalizer_lr > 0
-        ):
-            raise ValueError(f"model.canonicalizer_lr must be null or a number > 0; got {canonicalizer_lr!r}")
-        self.canonicalizer_lr = None if canonicalizer_lr is None else float(canonicalizer_lr)
+        metrics = dict(metrics or {})
+        unknown = set(metrics) - set(SPLITS)
+        if unknown:
+            raise ValueError(f"metrics are keyed by split, one of {list(SPLITS)}; got {sorted(unknown)}")
+        # keyed by the logged name, "{split}/{name}" (a ModuleDict, so the metrics follow the module's device)
+        self.metrics = nn.ModuleDict(
+            {f"{split}/{name}": metric for split, named in metrics.items() for name, metric in named.items()}
+        )
+        self.canonicalizer_lr = check_positive("model.canonicalizer_lr", canonicalizer_lr, optional=True)
         self.network = CanonicalizedModel(canonicalizer, predictor)
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
@@ -50,6 +75,68 @@ class CanonicalizedTask(LightningModule):
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         return self.network(*inputs)
+
+    # --- the step, written once -------------------------------------------------------------------------
+
+    def split_metrics(self, split: str) -> dict[str, Metric]:
+        """``{name: metric}`` of one split."""
+        return {key.split("/", 1)[1]: metric for key, metric in self.metrics.items() if key.startswith(f"{split}/")}
+
+    def split_batch(self, batch: Any) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """``(inputs, target)`` of a batch ``(*inputs, target)``."""
+        *inputs, target = batch
+        return tuple(inputs), target
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor, split: str) -> torch.Tensor:
+        """The task's loss for ``split`` (e.g. label smoothing or a regulariser only in training)."""
+        raise NotImplementedError
+
+    def update_metrics(self, metrics: Mapping[str, Metric], output: torch.Tensor, target: torch.Tensor,
+                       inputs: tuple[torch.Tensor, ...]) -> None:
+        """Update the split's metrics with one batch; by default ``metric.update(output, target)``."""
+        for metric in metrics.values():
+            metric.update(output, target)
+
+    def model_step(self, batch: Any, split: str) -> torch.Tensor:
+        inputs, target = self.split_batch(batch)
+        output = self(*inputs)
+        loss = self.loss(output, target, split)
+        batch_size = len(inputs[0])
+        if split == "train" or self.log_eval_loss:
+            self.log(f"{split}/loss", loss, on_step=split == "train", on_epoch=True, prog_bar=split != "test",
+                     batch_size=batch_size)
+        metrics = self.split_metrics(split)
+        self.update_metrics(metrics, output, target, inputs)
+        for name, metric in metrics.items():
+            if not isinstance(metric, FigureDict):  # those are logged at the epoch's end
+                self.log(f"{split}/{name}", metric, on_step=False, on_epoch=True, prog_bar=split == "val",
+                         batch_size=batch_size)
+        return loss
+
+    def log_figures(self, split: str) -> None:
+        """Compute, log and reset the split's :class:`FigureDict` metrics (``self.log`` takes one value)."""
+        for metric in self.split_metrics(split).values():
+            if isinstance(metric, FigureDict):
+                values = metric.compute()
+                self.log_dict({f"{split}/{name}": value for name, value in values.items()}, prog_bar=split == "val")
+                metric.reset()
+
+    def training_step(self, batch, batch_idx):
+        return self.model_step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        return self.model_step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        return self.model_step(batch, "test")
+
+    def on_validation_epoch_end(self) -> None:
+        self.log_figures("val")
+
+    def on_test_epoch_end(self) -> None:
+        self.log_figures("test")
+
+    # --- set-up ---------------------------------------------------------------------------------------
 
     def parameter_counts(self) -> dict[str, int]:
         """Parameter counts for results.json and the loggers (frozen parameters count as parameters)."""

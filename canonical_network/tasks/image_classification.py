@@ -9,7 +9,8 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from canonical_network.groups.image import act_exact, element_angles_deg
 from canonical_network.tasks.base import CanonicalizedTask
-from canonical_network.utils.checks import check_int_range
+from canonical_network.tasks.metrics import ErrorPercent
+from canonical_network.utils.checks import check_int
 
 
 class ImageClassificationTask(CanonicalizedTask):
@@ -40,44 +41,31 @@ class ImageClassificationTask(CanonicalizedTask):
     def __init__(self, canonicalizer, predictor, optimizer, scheduler=None, num_classes: int = 10,
                  label_smoothing: float = 0.0, orbit_rotations: int = 0, orbit_reflection: bool = False,
                  canonicalizer_lr: float | None = None) -> None:
-        super().__init__(canonicalizer, predictor, optimizer, scheduler, canonicalizer_lr=canonicalizer_lr)
-        check_int_range("model.orbit_rotations", orbit_rotations, low=0)
+        def accuracy() -> MulticlassAccuracy:
+            return MulticlassAccuracy(num_classes=num_classes, average="micro")
+
+        metrics = {"train": {"acc": accuracy()}}
+        metrics.update({split: {"acc": accuracy(), "error": ErrorPercent(num_classes)} for split in ("val", "test")})
+        super().__init__(canonicalizer, predictor, optimizer, scheduler, canonicalizer_lr=canonicalizer_lr,
+                         metrics=metrics)
+        check_int("model.orbit_rotations", orbit_rotations, low=0)
         self.label_smoothing = float(label_smoothing)
-        self.metrics = torch.nn.ModuleDict(
-            {f"{split}_acc": MulticlassAccuracy(num_classes=num_classes, average="micro") for split in ("train", "val", "test")}
-        )
         self.orbit: list[tuple[float, bool]] = []
         if orbit_rotations > 0:
             angles, reflect = element_angles_deg(orbit_rotations, bool(orbit_reflection))
             self.orbit = [(float(a), bool(r)) for a, r in zip(angles.tolist(), reflect.tolist(), strict=True)]
-        self.orbit_metrics = torch.nn.ModuleList(
-            [MulticlassAccuracy(num_classes=num_classes, average="micro") for _ in self.orbit]
-        )
+        self.orbit_metrics = torch.nn.ModuleList([ErrorPercent(num_classes) for _ in self.orbit])
         # Per-image orbit figures as means of 0/1 flags (MeanMetric syncs them across DDP processes).
         self.orbit_worst = MeanMetric()
         self.orbit_inconsistent = MeanMetric()
 
-    def _step(self, batch, split: str) -> torch.Tensor:
-        images, labels = batch
-        logits = self(images)
-        loss = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing if split == "train" else 0.0)
-        metric = self.metrics[f"{split}_acc"]
-        metric(logits, labels)
-        on_step = split == "train"
-        self.log(f"{split}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=split != "test")
-        self.log(f"{split}/acc", metric, on_step=False, on_epoch=True, prog_bar=split == "val")
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self._step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self._step(batch, "val")
+    def loss(self, output: torch.Tensor, target: torch.Tensor, split: str) -> torch.Tensor:
+        return F.cross_entropy(output, target, label_smoothing=self.label_smoothing if split == "train" else 0.0)
 
     def test_step(self, batch, batch_idx):
-        self._step(batch, "test")
+        loss = super().test_step(batch, batch_idx)
         if not self.orbit:
-            return
+            return loss
         images, labels = batch
         predictions = []
         for (angle, reflect), metric in zip(self.orbit, self.orbit_metrics, strict=True):
@@ -87,20 +75,13 @@ class ImageClassificationTask(CanonicalizedTask):
         predictions = torch.stack(predictions)  # (|orbit|, B)
         self.orbit_worst.update((predictions != labels).any(dim=0).float())
         self.orbit_inconsistent.update((predictions != predictions[0]).any(dim=0).float())
-
-    def _log_error(self, split: str) -> None:
-        # Error (%) from the epoch's accuracy: the paper reports error, users compare against it.
-        acc = self.metrics[f"{split}_acc"].compute()
-        self.log(f"{split}/error", 100.0 * (1.0 - acc), prog_bar=split == "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_error("val")
+        return loss
 
     def on_test_epoch_end(self) -> None:
-        self._log_error("test")
+        super().on_test_epoch_end()
         if not self.orbit:
             return
-        errors = torch.stack([100.0 * (1.0 - metric.compute()) for metric in self.orbit_metrics])
+        errors = torch.stack([metric.compute() for metric in self.orbit_metrics])
         for k, error in enumerate(errors):
             self.log(f"test/orbit/error_g{k}", error)
         self.log("test/orbit/error_max", errors.max())

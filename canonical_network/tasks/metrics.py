@@ -108,13 +108,24 @@ def shape_miou(
     return (iou * mask).sum(dim=1) / mask.sum(dim=1)
 
 
-class PartSegmentationMIoU(Metric):
+class FigureDict(Metric):
+    """A metric whose ``compute`` returns several named figures, ``{name: scalar tensor}``.
+
+    Lightning's ``self.log`` takes one value per metric, so a task logs these itself at the epoch's end as
+    ``{split}/{name}`` (:meth:`~canonical_network.tasks.base.CanonicalizedTask.log_figures`) and resets them.
+    """
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+
+class PartSegmentationMIoU(FigureDict):
     """ShapeNet-part mIoU, accumulated over batches (and over processes under DDP).
 
     ``update(logits, target, category)`` with logits (B, P, num_parts), target (B, P) int64 global part ids,
     category (B,) int64. ``compute()`` returns ``{"instance_miou": (), "class_miou": ()}`` float tensors in
-    [0, 1] (see the module docstring for the convention). A task module logs them at epoch end, e.g.
-    ``self.log_dict({f"test/{k}": v for k, v in metric.compute().items()})``, then calls ``reset()``.
+    [0, 1] (see the module docstring for the convention); a task logs them at the epoch's end as
+    ``{split}/instance_miou`` and ``{split}/class_miou`` (a :class:`FigureDict`).
 
     Args:
         category_parts: part ids per category, or ``"shapenet_part"`` / ``"synthetic_shapes"``.
@@ -175,6 +186,20 @@ class PartSegmentationMIoU(Metric):
     def per_category(self) -> torch.Tensor:
         """(num_categories,) mean shape mIoU of each category (NaN where no shape was seen)."""
         return (self.miou_sum / self.shape_count).float()
+
+
+class ErrorPercent(MulticlassAccuracy):
+    """Classification error in % (100 · (1 − accuracy)), the paper's Rotated MNIST figure;
+    ``update(logits (B, C), labels (B,))``, micro-averaged over samples by default."""
+
+    higher_is_better = False
+
+    def __init__(self, num_classes: int, **kwargs) -> None:
+        kwargs.setdefault("average", "micro")
+        super().__init__(num_classes=num_classes, **kwargs)
+
+    def compute(self) -> torch.Tensor:
+        return 100.0 * (1.0 - super().compute())
 
 
 def class_mean_accuracy(num_classes: int = 40) -> MulticlassAccuracy:

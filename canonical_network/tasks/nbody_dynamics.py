@@ -20,26 +20,14 @@ class NBodyDynamicsTask(CanonicalizedTask):
     split (sum of squared errors / number of coordinates), so a smaller last batch is weighted correctly.
     """
 
+    log_eval_loss = False  # the loss is the metric, logged as {val,test}/mse
+
     def __init__(self, canonicalizer, predictor, optimizer, scheduler=None,
                  canonicalizer_lr: float | None = None) -> None:
-        super().__init__(canonicalizer, predictor, optimizer, scheduler, canonicalizer_lr=canonicalizer_lr)
-        self.metrics = torch.nn.ModuleDict({f"{split}_mse": MeanSquaredError() for split in ("val", "test")})
-
-    def training_step(self, batch, batch_idx):
-        loc, vel, charges, target = batch
-        loss = F.mse_loss(self(loc, vel, charges), target)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(loc))
-        return loss
-
-    def _eval_step(self, batch, split: str) -> None:
-        loc, vel, charges, target = batch
-        metric = self.metrics[f"{split}_mse"]
         # MeanSquaredError flattens its inputs: the mean runs over B · N · 3 coordinates, as the loss does.
-        metric(self(loc, vel, charges), target)
-        self.log(f"{split}/mse", metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(loc))
+        metrics = {split: {"mse": MeanSquaredError()} for split in ("val", "test")}
+        super().__init__(canonicalizer, predictor, optimizer, scheduler, canonicalizer_lr=canonicalizer_lr,
+                         metrics=metrics)
 
-    def validation_step(self, batch, batch_idx):
-        self._eval_step(batch, "val")
-
-    def test_step(self, batch, batch_idx):
-        self._eval_step(batch, "test")
+    def loss(self, output: torch.Tensor, target: torch.Tensor, split: str) -> torch.Tensor:
+        return F.mse_loss(output, target)

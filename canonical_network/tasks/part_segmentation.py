@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch.nn.functional as F
-from torch import nn
+import torch
 from torchmetrics.classification import MulticlassAccuracy
 
 from canonical_network.prediction.pointnet import FEATURE_TRANSFORM_REG_WEIGHT
 from canonical_network.tasks.base import CanonicalizedTask
 from canonical_network.tasks.metrics import PartSegmentationMIoU, restricted_argmax
-from canonical_network.tasks.pointcloud_classification import check_label_smoothing, feature_transform_loss
+from canonical_network.tasks.pointcloud_classification import smoothed_loss
+from canonical_network.utils.checks import check_fraction
 
 
 class PartSegmentationTask(CanonicalizedTask):
@@ -58,58 +58,28 @@ class PartSegmentationTask(CanonicalizedTask):
         label_smoothing: float = 0.2,
         feature_transform_weight: float = FEATURE_TRANSFORM_REG_WEIGHT,
     ) -> None:
-        super().__init__(canonicalizer, predictor, optimizer, scheduler)
+        metrics = {
+            split: {
+                "acc": MulticlassAccuracy(num_classes=int(num_parts), average="micro"),
+                "miou": PartSegmentationMIoU(category_parts, num_parts=int(num_parts)),
+            }
+            for split in ("val", "test")
+        }
+        super().__init__(canonicalizer, predictor, optimizer, scheduler, metrics=metrics)
         self.num_parts = int(num_parts)
-        self.label_smoothing = check_label_smoothing(label_smoothing)
+        self.label_smoothing = check_fraction("model.label_smoothing", label_smoothing)
         self.feature_transform_weight = float(feature_transform_weight)
-        splits = ("val", "test")
-        self.miou = nn.ModuleDict(
-            {s: PartSegmentationMIoU(category_parts, num_parts=self.num_parts) for s in splits}
-        )
-        self.accuracy = nn.ModuleDict(
-            {s: MulticlassAccuracy(num_classes=self.num_parts, average="micro") for s in splits}
-        )
 
-    def training_step(self, batch, batch_idx):
-        points, category, labels = batch
-        logits = self(points, category)
-        # (B, num_parts, P) against (B, P): the mean runs over every point of every shape; torch smooths
+    def loss(self, output: torch.Tensor, target: torch.Tensor, split: str) -> torch.Tensor:
+        # (B, P, num_parts) against (B, P): the mean runs over every point of every shape; torch smooths
         # over the num_parts logits (ε / num_parts each), as the class docstring explains.
-        loss = F.cross_entropy(logits.transpose(1, 2), labels, label_smoothing=self.label_smoothing)
-        regulariser = feature_transform_loss(self.network.predictor, self.feature_transform_weight)
-        if regulariser is not None:
-            loss = loss + regulariser
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(points))
-        return loss
+        return smoothed_loss(self, output, target, split)
 
-    def _eval_step(self, batch, split: str) -> None:
-        points, category, labels = batch
-        logits = self(points, category)
-        loss = F.cross_entropy(logits.transpose(1, 2), labels)
-        self.log(f"{split}/loss", loss, on_step=False, on_epoch=True, prog_bar=split == "val",
-                 batch_size=len(points))
-        miou = self.miou[split]
-        miou.update(logits, labels, category)
+    def update_metrics(self, metrics, output, target, inputs) -> None:
+        if not metrics:  # training measures the loss only
+            return
+        category = inputs[1]
+        metrics["miou"].update(output, target, category)
         # The category is known (as for the mIoU): a point's part is predicted among its category's parts.
-        predicted = restricted_argmax(logits, category, miou.part_mask)
-        accuracy = self.accuracy[split]
-        accuracy(predicted.flatten(), labels.flatten())
-        self.log(f"{split}/acc", accuracy, on_step=False, on_epoch=True)
-
-    def _log_miou(self, split: str) -> None:
-        # The mIoU is a dict of two values, which self.log cannot take as a Metric: compute, log, reset.
-        values = self.miou[split].compute()
-        self.log_dict({f"{split}/{name}": value for name, value in values.items()}, prog_bar=split == "val")
-        self.miou[split].reset()
-
-    def validation_step(self, batch, batch_idx):
-        self._eval_step(batch, "val")
-
-    def test_step(self, batch, batch_idx):
-        self._eval_step(batch, "test")
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_miou("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._log_miou("test")
+        predicted = restricted_argmax(output, category, metrics["miou"].part_mask)
+        metrics["acc"].update(predicted.flatten(), target.flatten())

@@ -11,16 +11,18 @@ from torchmetrics.classification import MulticlassAccuracy
 from canonical_network.prediction.pointnet import FEATURE_TRANSFORM_REG_WEIGHT, feature_transform_regularizer
 from canonical_network.tasks.base import CanonicalizedTask
 from canonical_network.tasks.metrics import class_mean_accuracy
+from canonical_network.utils.checks import check_fraction
 
 
-def check_label_smoothing(value: float) -> float:
-    """``model.label_smoothing`` as a float in [0, 1), else ``ValueError`` naming the key.
-
-    ε = 1 would make the target uniform (nothing left to learn), and ε outside [0, 1] is no distribution.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) < 1.0:
-        raise ValueError(f"model.label_smoothing must be a number in [0, 1); got {value!r}")
-    return float(value)
+def smoothed_loss(task: CanonicalizedTask, logits: torch.Tensor, labels: torch.Tensor, split: str) -> torch.Tensor:
+    """The point-cloud training loss: cross-entropy over the last logit axis of ``logits`` (B, [P,] C) with
+    ``task.label_smoothing`` and PointNet's feature-transform regulariser in training; plain cross-entropy on
+    validation and test."""
+    if split != "train":
+        return F.cross_entropy(logits.movedim(-1, 1), labels)
+    loss = F.cross_entropy(logits.movedim(-1, 1), labels, label_smoothing=task.label_smoothing)
+    regulariser = feature_transform_loss(task.network.predictor, task.feature_transform_weight)
+    return loss if regulariser is None else loss + regulariser
 
 
 def feature_transform_loss(predictor: nn.Module, weight: float) -> torch.Tensor | None:
@@ -69,40 +71,16 @@ class PointCloudClassificationTask(CanonicalizedTask):
         label_smoothing: float = 0.2,
         feature_transform_weight: float = FEATURE_TRANSFORM_REG_WEIGHT,
     ) -> None:
-        super().__init__(canonicalizer, predictor, optimizer, scheduler)
-        self.label_smoothing = check_label_smoothing(label_smoothing)
+        def accuracy() -> MulticlassAccuracy:
+            return MulticlassAccuracy(num_classes=num_classes, average="micro")
+
+        metrics = {"train": {"acc": accuracy()}}
+        metrics.update({split: {"acc": accuracy(), "class_acc": class_mean_accuracy(num_classes)}
+                        for split in ("val", "test")})
+        super().__init__(canonicalizer, predictor, optimizer, scheduler, metrics=metrics)
+        # in [0, 1): ε = 1 makes the target uniform (nothing left to learn); outside [0, 1] it is no distribution
+        self.label_smoothing = check_fraction("model.label_smoothing", label_smoothing)
         self.feature_transform_weight = float(feature_transform_weight)
-        metrics = {f"{split}_acc": MulticlassAccuracy(num_classes=num_classes, average="micro")
-                   for split in ("train", "val", "test")}
-        metrics.update({f"{split}_class_acc": class_mean_accuracy(num_classes) for split in ("val", "test")})
-        self.metrics = nn.ModuleDict(metrics)
 
-    def _step(self, batch, split: str) -> torch.Tensor:
-        points, labels = batch
-        logits = self(points)
-        smoothing = self.label_smoothing if split == "train" else 0.0
-        loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
-        if split == "train":
-            regulariser = feature_transform_loss(self.network.predictor, self.feature_transform_weight)
-            if regulariser is not None:
-                loss = loss + regulariser
-        batch_size = len(points)
-        self.log(f"{split}/loss", loss, on_step=split == "train", on_epoch=True, prog_bar=split != "test",
-                 batch_size=batch_size)
-        accuracy = self.metrics[f"{split}_acc"]
-        accuracy(logits, labels)
-        self.log(f"{split}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=split == "val")
-        if split != "train":
-            class_accuracy = self.metrics[f"{split}_class_acc"]
-            class_accuracy(logits, labels)
-            self.log(f"{split}/class_acc", class_accuracy, on_step=False, on_epoch=True)
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self._step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self._step(batch, "val")
-
-    def test_step(self, batch, batch_idx):
-        self._step(batch, "test")
+    def loss(self, output: torch.Tensor, target: torch.Tensor, split: str) -> torch.Tensor:
+        return smoothed_loss(self, output, target, split)

@@ -1,26 +1,96 @@
-"""Argument checks that fail early with one clear message naming the config key and the valid values."""
+"""Config checks: one home for "is this value valid?", one message format for every failure.
+
+Every check raises ``ValueError`` with ``<key> must be <what>; got <value!r>``, where ``key`` is the full
+config key as a Hydra override would spell it (``canonicalization.dropout``, ``prediction.width``,
+``model.label_smoothing``), or a plain argument name where a value comes from code rather than a config.
+A passing value is returned in its normalised type (``int``, ``float``, ``bool``), so a check can sit in an
+assignment. bools are not numbers here: ``num_layers=true`` is a config typo, not 1. With ``optional=True``
+``None`` (a config's ``null``) passes through and the message says "null or …".
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
 
-def check_int_range(key: str, value: Any, low: int | None = None, high: int | None = None) -> int:
-    """Return ``value`` as int if it is an integer in [low, high]; else raise ``ValueError`` naming ``key``."""
+def _fail(key: str, what: str, value: Any, optional: bool = False) -> None:
+    raise ValueError(f"{key} must be {'null or ' if optional else ''}{what}; got {value!r}")
+
+
+def _fmt(bound: float) -> str:
+    return f"{bound:g}" if isinstance(bound, float) else str(bound)
+
+
+def _range(low: float | None, high: float | None, low_inclusive: bool, high_inclusive: bool) -> str:
+    """`` >= 1``, `` > 0``, `` <= 3``, `` in [0, 1)`` or nothing."""
+    if low is not None and high is not None:
+        return f" in {'[' if low_inclusive else '('}{_fmt(low)}, {_fmt(high)}{']' if high_inclusive else ')'}"
+    if low is not None:
+        return f" {'>=' if low_inclusive else '>'} {_fmt(low)}"
+    if high is not None:
+        return f" {'<=' if high_inclusive else '<'} {_fmt(high)}"
+    return ""
+
+
+def _in_range(value: float, low: float | None, high: float | None, low_inclusive: bool, high_inclusive: bool) -> bool:
+    # written so that NaN is in no range with a bound
+    if low is not None and not (value >= low if low_inclusive else value > low):
+        return False
+    return high is None or (value <= high if high_inclusive else value < high)
+
+
+def check_int(key: str, value: Any, low: int | None = None, high: int | None = None, *,
+              optional: bool = False) -> int | None:
+    """``value`` as int if it is an integer in [low, high] (either bound may be None); else ``ValueError``."""
+    if optional and value is None:
+        return None
     is_int = isinstance(value, int) and not isinstance(value, bool)
-    if not is_int or (low is not None and value < low) or (high is not None and value > high):
-        lo = "-inf" if low is None else str(low)
-        hi = "inf" if high is None else str(high)
-        raise ValueError(f"{key} must be an integer in [{lo}, {hi}]; got {value!r}")
+    if not is_int or not _in_range(value, low, high, True, True):
+        _fail(key, "an integer" + _range(low, high, True, True), value, optional)
     return int(value)
 
 
+def check_number(key: str, value: Any, low: float | None = None, high: float | None = None, *,
+                 low_inclusive: bool = True, high_inclusive: bool = True, finite: bool = False,
+                 optional: bool = False) -> float | None:
+    """``value`` as float if it is a real number (int or float, not bool) in the range; else ``ValueError``.
+
+    ``finite=True`` also rejects ±inf and NaN; a bounded range never holds NaN.
+    """
+    if optional and value is None:
+        return None
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    if (not is_number or not _in_range(value, low, high, low_inclusive, high_inclusive)
+            or (finite and not math.isfinite(value))):
+        what = ("a finite number" if finite else "a number") + _range(low, high, low_inclusive, high_inclusive)
+        _fail(key, what, value, optional)
+    return float(value)
+
+
+def check_positive(key: str, value: Any, *, optional: bool = False) -> float | None:
+    """A number > 0 (learning rates, widths, temperatures, step sizes)."""
+    return check_number(key, value, low=0, low_inclusive=False, optional=optional)
+
+
+def check_fraction(key: str, value: Any) -> float:
+    """A number in [0, 1) (dropout rates, leaky-ReLU slopes, label smoothing, intensity thresholds)."""
+    return check_number(key, value, low=0, high=1, high_inclusive=False)
+
+
+def check_bool(key: str, value: Any) -> bool:
+    """``value`` if it is a bool; else ``ValueError`` (1 and "true" are not bools)."""
+    if not isinstance(value, bool):
+        _fail(key, "true or false", value)
+    return value
+
+
 def check_choice(key: str, value: Any, choices: Iterable[Any]) -> Any:
-    """Return ``value`` if it is one of ``choices``; else raise ``ValueError`` listing them."""
+    """``value`` if it is one of ``choices``; else ``ValueError`` listing them."""
     choices = list(choices)
     if value not in choices:
-        raise ValueError(f"{key} must be one of {choices}; got {value!r}")
+        _fail(key, f"one of {choices}", value)
     return value
 
 
@@ -47,11 +117,12 @@ def _short(target: Any) -> str:
     return str(target or "").rsplit(".", 1)[-1]
 
 
-def _number(key: str, value: Any, low: float, inclusive: bool = True) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or (value < low if inclusive else value <= low):
-        bound = f">= {low:g}" if inclusive else f"> {low:g}"
-        raise ConfigError(f"{key} must be a number {bound}; got {value!r}")
+def _config_check(check: Any, *args: Any, hint: str = "", **kwargs: Any) -> Any:
+    """``check(*args, **kwargs)`` with its ``ValueError`` raised as a :class:`ConfigError` (plus ``hint``)."""
+    try:
+        return check(*args, **kwargs)
+    except ValueError as error:
+        raise ConfigError(f"{error}{hint}") from None
 
 
 def validate_run_config(cfg: Any) -> None:
@@ -63,30 +134,22 @@ def validate_run_config(cfg: Any) -> None:
     a CN(pretrained) checkpoint against the data of the run that made it. Component arguments (widths, group
     orders, …) are checked by the components themselves, also before training, with the same key format.
     """
-    try:
-        check_int_range("seed", cfg.get("seed"))
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
+    _config_check(check_int, "seed", cfg.get("seed"))
     epochs = cfg.trainer.get("max_epochs")
-    if epochs == -1 and cfg.get("allow_unbounded_epochs", False):
-        pass
-    elif isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ConfigError(
-            f"trainer.max_epochs must be an integer >= 1; got {epochs!r}"
-            + (" (Lightning's 'train forever'; add allow_unbounded_epochs=true if that is meant, or bound the run "
-               "with trainer.max_time)" if epochs == -1 else "")
-        )
+    if not (epochs == -1 and cfg.get("allow_unbounded_epochs", False)):
+        hint = (" (Lightning's 'train forever'; add allow_unbounded_epochs=true if that is meant, or bound the run "
+                "with trainer.max_time)" if epochs == -1 else "")
+        _config_check(check_int, "trainer.max_epochs", epochs, low=1, hint=hint)
     optimizer = cfg.model.get("optimizer") or {}
     for name, value in optimizer.items():
         if name.startswith("_"):
             continue
         key = f"model.optimizer.{name}"
         if name == "lr":
-            _number(key, value, 0.0, inclusive=False)
+            _config_check(check_positive, key, value)
         elif name in ("weight_decay", "momentum", "eps"):
-            _number(key, value, 0.0)
-    if cfg.model.get("canonicalizer_lr") is not None:
-        _number("model.canonicalizer_lr", cfg.model.canonicalizer_lr, 0.0, inclusive=False)
+            _config_check(check_number, key, value, low=0)
+    _config_check(check_positive, "model.canonicalizer_lr", cfg.model.get("canonicalizer_lr"), optional=True)
 
     task, data = _short(cfg.model.get("_target_")), _short(cfg.data.get("_target_"))
     if task in TASK_DATA and data not in TASK_DATA[task]:

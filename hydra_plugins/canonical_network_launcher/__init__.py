@@ -25,13 +25,14 @@ from typing import Any
 from hydra.core.utils import JobReturn
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
 
+from canonical_network.utils.checks import check_int
+
 
 class BoundedLocalLauncher(LocalLauncher):
     """Args: ``max_jobs`` (null: ``os.cpu_count()``), then those of hydra-submitit-launcher's local launcher."""
 
     def __init__(self, max_jobs: int | None = None, **params: Any) -> None:
-        if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
-            raise ValueError(f"hydra.launcher.max_jobs must be null or an integer >= 1; got {max_jobs!r}")
+        check_int("hydra.launcher.max_jobs", max_jobs, low=1, optional=True)
         super().__init__(**params)
         self.max_jobs = max_jobs or os.cpu_count() or 1
 

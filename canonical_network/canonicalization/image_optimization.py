@@ -11,7 +11,7 @@ exact and cheap, so s(θ, x) = E(R_θ⁻¹ x) needs no image interpolation; only
 resampled (kornia, bilinear). The authors' code also feeds each pixel's intensity to φ as a feature
 (``intensity_feature: true``). We do not by default: a digit rotated by a non-grid angle is resampled, which
 blurs the per-pixel intensities but nearly preserves intensity-weighted averages of smooth functions, so the
-feature makes E, and hence its minimiser, sensitive to interpolation (see "Measured" below).
+feature makes E, and hence its minimiser, sensitive to interpolation (measured: ``docs/measurements.md``).
 
 Descent. ``steps`` gradient-descent steps of size ``step_size`` on the angle θ in radians (paper: 5 steps,
 learning rate 0.1), from ``num_starts`` evenly spaced angles; the start with the lowest final energy wins.
@@ -36,13 +36,9 @@ c ≤ ``min_curvature`` (a flat region, a maximum, or a descent that has not con
 default 1 / (steps · step_size): the gradient is then at most steps · step_size · |∂s̃'/∂w|, the sensitivity
 of the unrolled descent on a flat energy.
 
-Measured (CPU, 32 real rotated digits, 5 random initialisations, untrained E): with the defaults, the found
-angle follows a rotation of the input by 37° or 200° to within 3° for 78-100 % of the digits, and the
-canonical images differ by a median mean-absolute 0.011-0.019 (a 90° turn of the canonical digit: 0.16);
-``num_starts: 16`` gives 91-100 % at twice the cost. Quarter turns: within 1° (near-ties between starts
-that have not finished converging). Run to convergence
-(40 steps), 84-100 % without ``intensity_feature`` against 41-100 % with it (and threshold 0.1): the rest are
-digits whose energy is flat around its minimum, where resampling moves the minimum by several degrees.
+How closely the found angle follows a rotated input, with the defaults, more starts, or the intensity
+feature, is measured in ``docs/measurements.md``: the digits it misses are those whose energy is flat around
+its minimum, where resampling moves the minimum by several degrees.
 """
 
 from __future__ import annotations
@@ -55,7 +51,7 @@ from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
 from canonical_network.groups.image import PlanarElement, act_inverse
-from canonical_network.utils.checks import check_int_range
+from canonical_network.utils.checks import check_bool, check_fraction, check_int, check_positive
 
 #: Probe angles for σ(x): 8 keeps the standard deviation invariant to quarter turns and smooth in the input.
 NUM_PROBES = 8
@@ -163,7 +159,7 @@ class OptimizationCanonicalizer(Canonicalizer):
     ``angle_deg`` carries the implicit gradient to E's weights (and to the images if they require grad).
     """
 
-    group_name = "SO2"
+    group_name = "SO(2)"
 
     def __init__(
         self,
@@ -178,10 +174,10 @@ class OptimizationCanonicalizer(Canonicalizer):
         freeze: bool = False,
     ) -> None:
         super().__init__(freeze=freeze)
-        check_int_range("canonicalization.steps", steps, low=0)
-        check_int_range("canonicalization.num_starts", num_starts, low=1)
-        _check_positive("canonicalization.step_size", step_size)
-        _check_positive("canonicalization.energy_scale", energy_scale)
+        check_int("canonicalization.steps", steps, low=0)
+        check_int("canonicalization.num_starts", num_starts, low=1)
+        check_positive("canonicalization.step_size", step_size)
+        check_positive("canonicalization.energy_scale", energy_scale)
         hidden_dims = list(hidden_dims) if isinstance(hidden_dims, Sequence) else hidden_dims
         if not isinstance(hidden_dims, list) or not hidden_dims or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in hidden_dims
@@ -189,13 +185,11 @@ class OptimizationCanonicalizer(Canonicalizer):
             raise ValueError(
                 f"canonicalization.hidden_dims must be a non-empty list of positive integers; got {hidden_dims!r}"
             )
-        if not isinstance(intensity_feature, bool):
-            raise ValueError(f"canonicalization.intensity_feature must be true or false; got {intensity_feature!r}")
-        if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold < 1.0:
-            raise ValueError(f"canonicalization.threshold must be in [0, 1); got {threshold!r}")
+        check_bool("canonicalization.intensity_feature", intensity_feature)
+        check_fraction("canonicalization.threshold", threshold)
         if min_curvature is None:
             min_curvature = 1.0 / (steps * step_size) if steps > 0 else 1.0
-        _check_positive("canonicalization.min_curvature", min_curvature)
+        check_positive("canonicalization.min_curvature", min_curvature)
         self.steps = int(steps)
         self.step_size = float(step_size)
         self.num_starts = int(num_starts)
@@ -203,7 +197,6 @@ class OptimizationCanonicalizer(Canonicalizer):
         self.energy_scale = float(energy_scale)
         self.min_curvature = float(min_curvature)
         self.energy = DeepSetsEnergy(hidden_dims, intensity_feature=intensity_feature)
-        self.finish_init()
 
     def start_angles_rad(self, count: int, like: torch.Tensor) -> torch.Tensor:
         """(count,) evenly spaced angles in radians, the first at 0."""
@@ -280,10 +273,4 @@ class OptimizationCanonicalizer(Canonicalizer):
     def canonicalize(self, images: torch.Tensor):
         angle_deg = torch.rad2deg(self.optimal_angle_rad(images))
         g = PlanarElement(angle_deg=angle_deg, reflect=torch.zeros_like(angle_deg))
-        return act_inverse(images, g), g
-
-
-def _check_positive(key: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{key} must be a number > 0; got {value!r}")
-    return float(value)
+        return (act_inverse(images, g),), g
