@@ -1,4 +1,5 @@
-"""Run records: the ``results.json`` that ``train`` writes, and what ``tables`` and ``report`` read from it.
+"""Run records: the ``results.json`` that ``train`` and ``evaluate`` write, and what ``tables`` and ``report``
+read from it.
 
 The one home of the record: its fields (:class:`RunResults`), its file name (:data:`RESULTS_FILE`), writing
 it (:func:`write_results`) and reading it back (:func:`read_results`, :func:`find_results`).
@@ -9,6 +10,11 @@ For ``tables`` and ``report`` there is one record per run folder, flattened for 
 (:func:`dataset_of`), its budget (:func:`budget_of`), the overrides that make it an ablation of its row
 (:func:`variant_of`), and what each logged metric means (:data:`METRICS`), so that no reader compares runs
 that are not comparable.
+
+Evaluations are not training runs: ``evaluate`` re-tests the checkpoint of a run (possibly on other data, or
+with other evaluation options) and writes a record with ``"status": "evaluated"`` (:data:`EVALUATED`) in its
+own folder. :func:`load_runs` leaves those out unless asked (``include_evaluated=True``), so a table or a
+report never counts an evaluation as one more seed of the row whose checkpoint it read.
 """
 
 from __future__ import annotations
@@ -23,11 +29,16 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 RESULTS_FILE = "results.json"
+#: ``status`` of a record: a training run that finished, one that failed, an evaluation of a checkpoint
+COMPLETED, FAILED, EVALUATED = "completed", "failed", "evaluated"
+#: The hyperparameter under which ``evaluate`` logs the checkpoint it read to its loggers (W&B): how a logged
+#: run is told to be an evaluation where there is no ``results.json``.
+EVALUATED_CHECKPOINT_KEY = "evaluated_checkpoint"
 
 
 class _RecordedByEveryRun(TypedDict):
     experiment: str | None  # the experiment's name (``experiment_name`` in the config)
-    status: str  # "completed" | "failed"
+    status: str  # COMPLETED | FAILED (train) | EVALUATED (evaluate)
     seed: int | None
     overrides: list[str]  # the command line's Hydra overrides
     metrics: dict[str, float]  # every ``test/*`` metric
@@ -35,17 +46,21 @@ class _RecordedByEveryRun(TypedDict):
 
 
 class RunResults(_RecordedByEveryRun, total=False):
-    """What ``train`` writes to ``<run dir>/results.json`` (the on-disk schema; JSON, ``indent=2``).
+    """What ``train`` and ``evaluate`` write to ``<run dir>/results.json`` (the on-disk schema; JSON,
+    ``indent=2``).
 
-    A finished run has every field but ``error``; a job that failed (``"status": "failed"``) has the fields
-    of every run and ``error`` only.
+    A finished training run has every field but ``error``; a job that failed (``"status": "failed"``) has the
+    fields of every run and ``error`` only. An evaluation (``"status": "evaluated"``) has the fields of every
+    run and ``params``, ``checkpoint`` (the file it read), ``wall_time_s``, ``environment``, ``tags`` and
+    ``run_dir`` (its own folder); not the fields of fitting (``best_val``, ``epochs``, ``resumed_from``,
+    ``fit_time_s``).
     """
 
     error: str  # "<ExceptionType>: <message>" of a failed run, at most 2000 characters
     best_val: dict[str, float]  # {optimized_metric: best value}; empty without a checkpoint callback
     params: dict[str, int]  # parameter counts (``parameter_counts()`` of the LightningModule)
     epochs: int
-    checkpoint: str  # the checkpoint tested, or "final weights"
+    checkpoint: str  # the checkpoint tested (for an evaluation: the file it read), or "final weights"
     resumed_from: str | None
     wall_time_s: float  # this process only
     fit_time_s: float | None  # every process that fitted this run (``tasks.callbacks.FitClock``)
@@ -96,18 +111,25 @@ def record_from_results(results: dict) -> dict[str, Any]:
     record: dict[str, Any] = {}
     _flatten("", {k: v for k, v in results.items() if k != "metrics"}, record)
     record["metrics"] = dict(results.get("metrics") or {})
-    record.setdefault("status", "completed")
+    record.setdefault("status", COMPLETED)
     return record
 
 
-def load_runs(folder: Path) -> list[dict[str, Any]]:
-    """Every ``results.json`` below ``folder`` as a flat record (with its ``path``); unreadable ones skipped."""
+def load_runs(folder: Path, include_evaluated: bool = False) -> list[dict[str, Any]]:
+    """Every ``results.json`` below ``folder`` as a flat record (with its ``path``); unreadable ones skipped.
+
+    Evaluations (``"status": "evaluated"``) are training runs' checkpoints tested again, not runs of their
+    own: they are skipped unless ``include_evaluated``, so that tables and reports built from a folder count
+    each training run once.
+    """
     runs = []
     for path in find_results(folder):
         try:
             record = record_from_results(read_results(path))
         except (OSError, json.JSONDecodeError) as err:
             print(f"warning: skipping unreadable {path}: {err}", file=sys.stderr)
+            continue
+        if record["status"] == EVALUATED and not include_evaluated:
             continue
         record["path"] = str(path)
         runs.append(record)
@@ -122,6 +144,9 @@ DATASETS = {
     "ModelNet40DataModule": ("ModelNet40", True),
     "ShapeNetPartDataModule": ("ShapeNet-part", True),
     "SyntheticShapesDataModule": ("synthetic_shapes (not the paper's data)", False),
+    # Mondal et al. (NeurIPS 2023), the adapt_table's data
+    "CIFAR10DataModule": ("CIFAR-10", True),
+    "STL10DataModule": ("STL-10", True),
 }
 
 
@@ -134,7 +159,11 @@ def dataset_of(run: dict) -> tuple[str, bool]:
     if not target:
         return "data not recorded", True
     short = target.rsplit(".", 1)[-1]
-    return DATASETS.get(short, (short, False))
+    name, comparable = DATASETS.get(short, (short, False))
+    if run.get("config.data.train_rotation") == "none":
+        # upright training digits (adapt_mnist/*): another protocol than the paper's rotated training data
+        return f"{name}, upright training", False
+    return name, comparable
 
 
 def budget_of(run: dict) -> str:
@@ -155,6 +184,7 @@ NEUTRAL_OVERRIDE_PREFIXES = (
     "trainer.max_epochs=", "trainer.enable_progress_bar=", "canonicalization.checkpoint=", "trainer=",
     "data.num_workers=", "paths.", "sweep=", "matmul_precision=",
     "data.rotation=",  # selects the column of a point-cloud table (matched through config.data.rotation)
+    "data=",  # the data set: tables and reports give each data set its own table (records.dataset_of)
 )
 
 

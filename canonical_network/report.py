@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import statistics
 import sys
@@ -408,6 +409,47 @@ def command_of(run: dict) -> str:
     return "python -m canonical_network.train " + " ".join(overrides)
 
 
+DIAGNOSTICS = "diagnostics"
+
+
+def render_diagnostics(out: Path) -> list[str]:
+    """The ``diagnostics.json`` files under ``<out>/diagnostics/<row>/`` (``scripts/reproduce.sh diagnose``)
+    as one table: exact and interpolated equivariance, the canonicalizer's own check, pose, continuity."""
+    found = sorted((out / DIAGNOSTICS).glob("*/diagnostics.json"))
+    if not found:
+        return []
+
+    def sci(value: float | None) -> str:
+        return "–" if value is None else f"{value:.1e}"
+
+    def pct(value: float | None) -> str:
+        return "–" if value is None else f"{100 * value:.1f} %"
+
+    lines = ["## Diagnostics of the trained models", "",
+             "`python -m canonical_network.diagnose` on the tested checkpoint of each row (its run folder and "
+             "inputs are in each `diagnostics.json`). Relative errors ‖φ(g·x) − ρ(g)φ(x)‖ / ‖φ(x)‖ in float64: "
+             "*exact* over the rotations the pixel grid represents exactly (multiples of 90°), *interpolated* "
+             "over arbitrary angles (bilinear, reported, not a test); *jumps*: share of inputs whose output "
+             "moves by more than the fraction in brackets under a ±1° rotation; *element changes*: share whose "
+             "chosen group element changes under it.", "",
+             "| row | exact max | interpolated mean | h(g·x) = g·h(x) max | pose entropy (bits) | ambiguous "
+             "| jumps under ±1° | element changes | figures |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for path in found:
+        d = json.loads(path.read_text())
+        row = path.parent.name
+        canon, pose, cont = d.get("canonicalizer") or {}, d.get("pose") or {}, d.get("continuity") or {}
+        entropy = (f"{pose['entropy_bits']:.2f} of {pose['max_entropy_bits']:.2f}"
+                   if pose.get("entropy_bits") is not None else "–")
+        figures = " ".join(f"[{Path(f).stem}]({DIAGNOSTICS}/{row}/{Path(f).name})" for f in d.get("figures", []))
+        lines.append(
+            f"| {d.get('experiment', row)} | {sci(d['equivariance']['exact'].get('max_rel'))} "
+            f"| {sci((d['equivariance'].get('continuous') or {}).get('mean_rel'))} | {sci(canon.get('max_rel'))} "
+            f"| {entropy} | {pct(pose.get('ambiguity_rate'))} | {pct(cont.get('jump_rate'))} (> {cont.get('jump', '?')}) "
+            f"| {pct(cont.get('element_change_rate'))} | {figures} |")
+    return lines + [""]
+
+
 def build_report(folders: list[Path], out: Path) -> Path:
     runs = [run for folder in folders for run in load_runs(folder)]
     if not runs:
@@ -476,6 +518,7 @@ def build_report(folders: list[Path], out: Path) -> Path:
         lines += ["## Ablations and variants", "",
                   "Runs whose overrides change a row's config, grouped by those overrides.", ""]
         lines += render_variants(variants, row_runs) + [""]
+    lines += render_diagnostics(out)
     lines += ["## Commands", "", "Each distinct command (run folder left out: rerunning with "
               "`hydra.run.dir=<run folder>` resumes it):", "", "```"]
     lines += sorted({command_of(r) for r in runs}) + ["```", ""]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from canonical_network.records import (
+    EVALUATED_CHECKPOINT_KEY,
     RESULTS_FILE,
     budget_of,
     budget_sort_key,
@@ -43,7 +44,8 @@ def paper_tables() -> dict[str, dict]:
 
 
 def load_wandb_runs(project: str, group: str | None = None, api=None) -> list[dict[str, Any]]:
-    """The same records from W&B runs (online): the config logged by train.py and the run summary."""
+    """The same records from W&B runs (online): the config logged by train.py and the run summary.
+    Evaluations (W&B runs of ``evaluate``) are left out, as :func:`~canonical_network.records.load_runs` does."""
     if api is None:
         import wandb
 
@@ -52,6 +54,8 @@ def load_wandb_runs(project: str, group: str | None = None, api=None) -> list[di
     runs = []
     for run in api.runs(project, filters=filters):
         config = {k: v for k, v in dict(run.config).items() if not k.startswith("_")}
+        if config.get(EVALUATED_CHECKPOINT_KEY):
+            continue  # an `evaluate` run: a checkpoint tested again, not a training run of the row
         summary = {k: v for k, v in dict(run.summary).items() if isinstance(v, (int, float))}
         results = {
             "experiment": config.get("experiment_name"),

@@ -4,59 +4,45 @@ Composes ``configs/train.yaml``, instantiates the DataModule, the LightningModul
 trainer, fits (resuming from ``<run dir>/checkpoints/last.ckpt`` when it exists), tests the best
 checkpoint and writes ``<run dir>/results.json``. A multirun (``-m`` or ``sweep=<table>``) does this once
 per job. Returns the best value of ``optimized_metric`` for sweepers.
+
+Every checkpoint carries the run's resolved config (``canonical_network.utils.checkpoints.RUN_CONFIG_KEY``),
+from which ``python -m canonical_network.evaluate ckpt_path=<file>`` rebuilds the model. What this command
+shares with ``evaluate`` (process set-up, loggers, trainer, the record and its summary) lives in
+``canonical_network/utils/runs.py``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from canonical_network.records import RunResults, write_results
+from canonical_network.records import COMPLETED, FAILED, RunResults, write_results
 from canonical_network.utils.checks import ConfigError, check_choice, validate_run_config
-from canonical_network.utils.config import CONFIG_DIR, PROJECT_ROOT
+from canonical_network.utils.config import CONFIG_DIR
+from canonical_network.utils.runs import (
+    LOCK_FILE,
+    build_trainer,
+    command_overrides,
+    finish,
+    instantiate_callbacks,
+    instantiate_loggers,
+    is_multirun,
+    logged_test_metrics,
+    prepare_process,
+    remove_unused_run_folder,
+    run_record,
+    to_float,
+)
 
 log = logging.getLogger("canonical_network.train")
 
 TEST_CKPTS = ("best", "last")
-
-
-def _set_local_dirs(output_dir: Path) -> None:
-    """Keep W&B's and matplotlib's files inside outputs/: nothing is written elsewhere on the machine."""
-    scratch = PROJECT_ROOT / "outputs" / ".cache"
-    os.environ.setdefault("WANDB_DIR", str(output_dir))
-    os.environ.setdefault("WANDB_CACHE_DIR", str(scratch / "wandb"))
-    os.environ.setdefault("WANDB_CONFIG_DIR", str(scratch / "wandb-config"))
-    os.environ.setdefault("WANDB_DATA_DIR", str(scratch / "wandb-data"))
-    os.environ.setdefault("MPLCONFIGDIR", str(scratch / "matplotlib"))
-
-
-def stable_run_id(output_dir: Path) -> str:
-    """A W&B run id derived from the run folder, so a requeued or resumed job continues the same W&B run."""
-    return hashlib.sha1(str(output_dir.resolve()).encode()).hexdigest()[:16]
-
-
-def instantiate_loggers(cfg: DictConfig, output_dir: Path) -> list:
-    loggers = []
-    for name, logger_cfg in (cfg.get("logger") or {}).items():
-        if not logger_cfg or "_target_" not in logger_cfg:
-            continue
-        extra = {"id": stable_run_id(output_dir)} if name == "wandb" else {}
-        loggers.append(hydra.utils.instantiate(logger_cfg, **extra))
-    return loggers
-
-
-def instantiate_callbacks(cfg: DictConfig) -> list:
-    return [
-        hydra.utils.instantiate(cb) for cb in (cfg.get("callbacks") or {}).values() if cb and "_target_" in cb
-    ]
 
 
 def readable_checkpoint(path: Path) -> bool:
@@ -102,78 +88,8 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> str | None:
     return str(fallback)
 
 
-def _trainer_plugins() -> list:
-    """Checkpoints written atomically; under Slurm, requeueing left to submitit (configs/hydra/launcher/
-    slurm.yaml), so Lightning's own is switched off."""
-    from lightning.pytorch.plugins.environments import SLURMEnvironment
-
-    from canonical_network.utils.checkpoints import AtomicCheckpointIO
-
-    plugins: list = [AtomicCheckpointIO()]
-    if SLURMEnvironment.detect():
-        plugins.append(SLURMEnvironment(auto_requeue=False))
-    return plugins
-
-
-def environment(trainer=None) -> dict[str, Any]:
-    """Where a run ran, for the report: CPU model and cores, accelerator, threads and library versions."""
-    import platform
-
-    import lightning
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    device = "CPU"
-    root = getattr(getattr(trainer, "strategy", None), "root_device", None)
-    if root is not None and root.type == "cuda":
-        device = torch.cuda.get_device_name(root)
-    return {
-        "machine": f"{cpu}, {os.cpu_count()} cores, {device}",
-        "device": device,
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "lightning": lightning.__version__,
-    }
-
-
-class _DropTips(logging.Filter):
-    """Lightning's advertisement for its cloud logger is not information about the run."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "litlogger" not in record.getMessage()
-
-
-def quiet_library_output() -> None:
-    """One copy of every line: Lightning's loggers go through Hydra's handlers (console and train.log)
-    instead of also through their own; no litlogger tip; no torch.jit deprecation warning from escnn."""
-    import warnings
-
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logger = logging.getLogger(name)
-        for handler in list(logger.handlers):
-            logger.removeHandler(handler)
-        logger.propagate = True
-    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    if not any(isinstance(f, _DropTips) for f in rank_zero.filters):
-        rank_zero.addFilter(_DropTips())
-    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated", category=FutureWarning)
-
-
-def _to_float(value: Any) -> float:
-    return float(value.item() if hasattr(value, "item") else value)
-
-
 class RunFolderBusy(RuntimeError):
     """Another process is training in the same run folder."""
-
-
-LOCK_FILE = ".run.lock"
 
 
 @contextmanager
@@ -224,33 +140,24 @@ def run(cfg: DictConfig) -> RunResults:
 
 
 def _run(cfg: DictConfig) -> RunResults:
-    import lightning as L
-    import torch
-
-    quiet_library_output()
     start = time.time()
     test_ckpt = check_choice("test_ckpt", cfg.get("test_ckpt", "best"), TEST_CKPTS)
     output_dir = Path(cfg.paths.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    _set_local_dirs(output_dir)
-    L.seed_everything(cfg.seed, workers=True)
-    if cfg.get("matmul_precision"):
-        torch.set_float32_matmul_precision(cfg.matmul_precision)
+    prepare_process(cfg, output_dir)
+    config = OmegaConf.to_container(cfg, resolve=True)
 
     try:  # building from the config: a failure here is a config error, found before any training
         datamodule = hydra.utils.instantiate(cfg.data)
         model = hydra.utils.instantiate(cfg.model)
+        model.run_config = config  # stored in every checkpoint: `evaluate` rebuilds the model from it alone
         callbacks = instantiate_callbacks(cfg)
         loggers = instantiate_loggers(cfg, output_dir)
-        trainer = hydra.utils.instantiate(
-            cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir),
-            plugins=_trainer_plugins(),
-        )
+        trainer = build_trainer(cfg, output_dir, callbacks, loggers)
     except Exception as error:
         raise ConfigError(str(error)) from error
     param_counts = model.parameter_counts() if hasattr(model, "parameter_counts") else {}
     for lg in loggers:
-        lg.log_hyperparams({**OmegaConf.to_container(cfg, resolve=True), "params": param_counts})
+        lg.log_hyperparams({**config, "params": param_counts})
     log.info("Parameters: %s", param_counts)
 
     resumed_from = resume_checkpoint(cfg, output_dir)
@@ -259,59 +166,23 @@ def _run(cfg: DictConfig) -> RunResults:
     best_path = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if test_ckpt == "last":
         best_path = ""  # the model holds the final weights: test them as they are
-    tested_on = best_path or "final weights"
     test_metrics: dict[str, float] = {}
     if cfg.get("test", True):
         trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, weights_only=False)
-        test_metrics = {k: _to_float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+        test_metrics = logged_test_metrics(trainer)
 
     best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
     clock = next((cb for cb in callbacks if type(cb).__name__ == "FitClock"), None)
-    results: RunResults = {
-        "experiment": cfg.get("experiment_name"),
-        "status": "completed",
-        "seed": cfg.seed,
-        "overrides": _overrides(),
-        "metrics": test_metrics,
-        "best_val": {cfg.optimized_metric: _to_float(best_score)} if best_score is not None else {},
-        "params": param_counts,
-        "epochs": trainer.current_epoch,
-        "checkpoint": tested_on,
-        "resumed_from": resumed_from,
-        "wall_time_s": round(time.time() - start, 2),
-        "fit_time_s": round(clock.total_s, 2) if clock is not None else None,
-        "environment": environment(trainer),
-        "tags": list(cfg.get("tags") or []),
-        "run_dir": str(output_dir),
-        "config": OmegaConf.to_container(cfg, resolve=True),
-    }
-    if trainer.is_global_zero:
-        write_results(output_dir, results)
-        _print_summary(results, output_dir, loggers)
+    results = run_record(
+        cfg, config, status=COMPLETED, metrics=test_metrics, params=param_counts,
+        checkpoint=best_path or "final weights", trainer=trainer, started=start, output_dir=output_dir,
+        best_val={cfg.optimized_metric: to_float(best_score)} if best_score is not None else {},
+        epochs=trainer.current_epoch,
+        resumed_from=resumed_from,
+        fit_time_s=round(clock.total_s, 2) if clock is not None else None,
+    )
+    finish(results, output_dir, trainer, loggers, log)
     return results
-
-
-def _overrides() -> list[str]:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return list(HydraConfig.get().overrides.task)
-    except ValueError:  # composed outside @hydra.main (tests, notebooks)
-        return []
-
-
-def _print_summary(results: RunResults, output_dir: Path, loggers: list) -> None:
-    from lightning.pytorch.loggers import WandbLogger
-
-    lines = [f"Run folder: {output_dir}", f"Checkpoint tested: {results['checkpoint']}"]
-    lines += [f"{k} = {v:.4f}" for k, v in sorted(results["metrics"].items())]
-    for lg in loggers:
-        if isinstance(lg, WandbLogger):
-            run_dir = Path(lg.experiment.dir).parent
-            offline = getattr(lg.experiment.settings, "mode", "") == "offline" or "offline" in run_dir.name
-            lines.append(f"W&B run: {run_dir}" + (f"  (offline; upload with: wandb sync {run_dir})" if offline else ""))
-    # Through the logging set-up of Hydra: on the console and in <run dir>/train.log alike.
-    log.info("Summary\n%s", "\n".join(lines))
 
 
 def write_failure(cfg: DictConfig, error: BaseException) -> None:
@@ -321,40 +192,16 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
         record: RunResults = {
             "experiment": cfg.get("experiment_name"),
-            "status": "failed",
+            "status": FAILED,
             "error": f"{type(error).__name__}: {error}"[:2000],
             "seed": cfg.get("seed"),
-            "overrides": _overrides(),
+            "overrides": command_overrides(),
             "metrics": {},
             "config": OmegaConf.to_container(cfg, resolve=False),
         }
         write_results(output_dir, record)
     except Exception:  # never hide the original error behind a reporting one
         log.exception("could not write the failure record")
-
-
-#: What Hydra and the lock put in a run folder before training: a folder holding only these was never used.
-SETUP_FILES = {".hydra", "train.log", LOCK_FILE}
-
-
-def remove_unused_run_folder(output_dir: Path) -> bool:
-    """Delete ``output_dir`` if it holds nothing but Hydra's set-up files (a run that never trained)."""
-    import shutil
-
-    if output_dir.is_dir() and {p.name for p in output_dir.iterdir()} <= SETUP_FILES:
-        shutil.rmtree(output_dir, ignore_errors=True)
-        return True
-    return False
-
-
-def _multirun() -> bool:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
-        return HydraConfig.get().mode == RunMode.MULTIRUN
-    except ValueError:
-        return False
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
@@ -368,7 +215,7 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as error:
         # Found before training. A single run leaves no folder behind (a typo should not); a multirun job
         # keeps its failure record, so the sweep's table shows why its cell is empty.
-        if _multirun():
+        if is_multirun():
             write_failure(cfg, error)
         else:
             remove_unused_run_folder(Path(cfg.paths.output_dir))

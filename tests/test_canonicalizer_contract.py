@@ -1,8 +1,9 @@
 """The contract the Canonicalizer base class owns, checked for every canonicalizer config in the repo.
 
 A new canonicalizer is one module + one yaml + its equivariance test: the rules below (freeze applied, one
-return shape, a group element with ``matrix``/``index``, the group named in mathematical notation) come from
-the base class, and this file fails until the new yaml is given an experiment and inputs in ``CASES``.
+return shape, a group element with ``matrix``/``index``, the group named in mathematical notation, the
+canonicalization prior and its weight) come from the base class, and this file fails until the new yaml is
+given an experiment and inputs in ``CASES``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 import hydra
 import pytest
 import torch
+from hydra.errors import InstantiationException
 from torch import nn
 
 from canonical_network.canonicalization.base import CanonicalizedModel, Canonicalizer
@@ -52,7 +54,10 @@ CASES = {
     "opt": ("rotmnist/cn_opt", _images, 2),
     "vn_deepsets": ("nbody/cn_gnn", _nbody, 3),
     "vn_pointcloud": ("modelnet/cn_l_pointnet", _points, 3),
+    "tta": ("rotmnist/cnn", _images, 2),
 }
+# overrides a case needs on top of its experiment (one whose experiment picks another canonicalization)
+CASE_OVERRIDES = {"tta": ("canonicalization=tta",)}
 # needs a finished run's checkpoint; rebuilds one of the above (tests/test_pretrained*.py)
 NOT_STANDALONE = {"pretrained"}
 
@@ -64,9 +69,12 @@ def test_every_canonicalizer_config_is_covered():
 
 def _build(name: str, *overrides: str) -> Canonicalizer:
     experiment = CASES[name][0]
-    cfg = compose_experiment([f"experiment={experiment}", *overrides])
+    cfg = compose_experiment([f"experiment={experiment}", *CASE_OVERRIDES.get(name, ()), *overrides])
     torch.manual_seed(0)
-    return hydra.utils.instantiate(cfg.canonicalization)
+    canonicalizer = hydra.utils.instantiate(cfg.canonicalization)
+    if canonicalizer.needs_predictor:  # scores with f (test-time): bound as CanonicalizedModel binds it
+        CanonicalizedModel(canonicalizer, hydra.utils.instantiate(cfg.prediction))
+    return canonicalizer
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -97,7 +105,7 @@ def test_canonicalize_returns_one_shape_and_a_group_element(name):
         assert ((index >= 0) & (index < order)).all()
 
 
-@pytest.mark.parametrize("name", sorted(set(CASES) - {"identity", "pca"}))  # the two without parameters
+@pytest.mark.parametrize("name", sorted(set(CASES) - {"identity", "pca", "tta"}))  # those without parameters
 def test_freeze_is_applied_by_the_base_class(name):
     trainable = _build(name)
     assert any(p.requires_grad for p in trainable.parameters())
@@ -141,3 +149,50 @@ def test_a_canonicalizer_breaking_the_return_shape_gets_one_clear_error():
     with pytest.raises(TypeError, match=r"_BareTensor.canonicalize must return \(a tuple of 1 canonical input"):
         model(torch.zeros(2, 2))
     assert torch.equal(CanonicalizedModel(_Late(), nn.Identity())(torch.ones(2, 2)), torch.ones(2, 2))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_canonicalizer_takes_a_prior_weight_and_says_how_far_it_is_from_the_identity(name):
+    _, make_inputs, _ = CASES[name]
+    assert _build(name).prior_weight == 0.0  # every yaml says prior_weight: 0.0 (off)
+    canonicalizer = _build(name, "canonicalization.prior_weight=0.25").eval()
+    assert canonicalizer.prior_weight == 0.25
+    inputs = make_inputs()
+    with torch.no_grad():
+        _, g = canonicalizer.canonicalize(*inputs)
+    prior = canonicalizer.prior(g)
+    assert prior.shape == () and torch.isfinite(prior) and prior >= 0
+    identity = canonicalizer.is_identity(g, inputs[0].shape[0])
+    assert identity.dtype == torch.bool and identity.shape == (inputs[0].shape[0],)
+    with pytest.raises(InstantiationException, match=r"canonicalization.prior_weight must be a finite number >= 0; "
+                                                     r"got -1"):
+        _build(name, "canonicalization.prior_weight=-1")
+
+
+def test_a_subclass_gets_the_prior_weight_without_declaring_it():
+    assert _Later().prior_weight == 0.0 and _Later(prior_weight=2.0).prior_weight == 2.0
+    assert _Later(freeze=True, prior_weight=1.0).freeze  # both options, in either order of application
+    h = _Later()
+    assert h.prior(None).item() == 0.0 and h.is_identity(None, 3).tolist() == [True] * 3
+
+
+class _Origin(nn.Module):
+    """A predictor that puts every particle at the origin of the canonical frame."""
+
+    def forward(self, loc, vel, charges):
+        return torch.zeros_like(loc)
+
+
+def test_the_model_returns_the_element_its_forward_used():
+    """The element for the prior comes from the same forward pass (no second one): with the canonicalizer's
+    dropout active, each pass picks another frame, and the output (the origin mapped back: h(x)'s
+    translation) matches the element returned with it."""
+    model = CanonicalizedModel(_build("vn_deepsets").train(), _Origin())
+    inputs = _nbody()
+    output, g = model.forward_with_element(*inputs)
+    assert torch.equal(output, g.translation.unsqueeze(1).expand_as(output))
+    _, g_again = model.forward_with_element(*inputs)
+    assert not torch.equal(g_again.translation, g.translation)  # another pass, another dropout mask
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(*inputs), model.forward_with_element(*inputs)[0])

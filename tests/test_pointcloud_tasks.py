@@ -358,7 +358,7 @@ def test_experiment_runs_end_to_end(experiment, tmp_path):
     else:
         expected = {"test/acc", "test/instance_miou", "test/class_miou", "test/loss"}
         assert cfg.optimized_metric in written["best_val"] and cfg.optimized_metric == "val/instance_miou"
-    assert set(written["metrics"]) == expected
+    assert set(written["metrics"]) == expected | {"test/identity_rate"}  # the rate: every task, tasks/base.py
     assert all(0.0 <= written["metrics"][k] <= 1.0 for k in expected - {"test/loss"})
     assert written["config"]["data"]["rotation"] == cfg.data.rotation  # what the tables match columns on
     canonicalizer = results["params"]["canonicalizer"]

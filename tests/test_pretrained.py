@@ -35,6 +35,11 @@ def test_pretrained_canonicalizer_has_the_trained_weights_and_stays_frozen(tmp_p
     images, labels = rotated_digits
     torch.nn.functional.cross_entropy(model(images), labels).backward()
     assert all(p.grad is None for p in canon.parameters())
+    # the prior weight is this run's (the source run trained without one); it moves h once unfrozen
+    tuned = hydra.utils.instantiate(compose_config(
+        ["experiment=rotmnist/cn_pretrained", f"canonicalization.checkpoint={ckpt}", "canonicalization.freeze=false",
+         "canonicalization.prior_weight=0.5"]).canonicalization)
+    assert tuned.prior_weight == 0.5 and all(p.requires_grad for p in tuned.parameters())
 
 
 def test_pretrained_errors_are_clear(tmp_path):

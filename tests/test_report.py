@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 
@@ -148,3 +149,25 @@ def test_claims_are_also_checked_under_an_ablation_run_on_both_sides(tmp_path):
     assert "with `callbacks.early_stopping=null test_ckpt=last`" in claim and "| 2, 2 |" in claim
     assert "-0.60 ± 0.30" in claim and "**holds**" in claim  # Welch: sd 0.071 each, 2 df, t = 4.30
     assert "| CN(p64)-CNN |" not in text.split("## Ablations")[0].split("## Tables")[1]  # no row table from them
+
+
+def test_diagnostics_of_trained_models_are_tabled_when_present(tmp_path):
+    runs = tmp_path / "runs"
+    write_run(runs, "p4_0", "rotmnist/cn_p4", 0, {"test/error": 4.0})
+    out = tmp_path / "report"
+    assert "## Diagnostics" not in report.build_report([runs], out).read_text()  # none written: no section
+    folder = out / report.DIAGNOSTICS / "cn_p4"
+    folder.mkdir(parents=True)
+    # the keys diagnose writes (canonical_network/diagnostics), with values of a C4 canonicalizer
+    (folder / "diagnostics.json").write_text(json.dumps({
+        "experiment": "rotmnist/cn_p4",
+        "equivariance": {"exact": {"max_rel": 6.2e-15}, "continuous": {"mean_rel": 0.26}},
+        "canonicalizer": {"max_rel": 2.4e-16},
+        "pose": {"entropy_bits": 1.99, "max_entropy_bits": 2.0, "ambiguity_rate": 0.008},
+        "continuity": {"jump": 0.1, "jump_rate": 0.035, "element_change_rate": 0.031},
+        "figures": ["figures/canonical_pairs.png"],
+    }))
+    text = report.build_report([runs], out).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| rotmnist/cn_p4 | 6.2e-15"))
+    assert "| 1.99 of 2.00 | 0.8 % | 3.5 % (> 0.1) | 3.1 % |" in row
+    assert "(diagnostics/cn_p4/canonical_pairs.png)" in row

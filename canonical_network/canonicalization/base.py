@@ -10,6 +10,13 @@ Paper Eq. (1) (§3.2):  φ(x) = h'(x) · f(h(x)⁻¹ · x)
 :class:`CanonicalizedModel` is the only place where this composition is written. Baselines use
 :class:`~canonical_network.canonicalization.identity.IdentityCanonicalizer` (h = e), so a plain backbone and
 a canonicalized one share every code path.
+
+The canonicalization prior (Mondal et al., NeurIPS 2023, "Equivariant Adaptation of Large Pretrained
+Models", §3): a canonicalizer is free to pick any pose as canonical, but a predictor (pretrained or not)
+sees its training data mostly upright, so a penalty pulls h(x) toward the identity on the (upright)
+training inputs. Every canonicalizer says how far its chosen element is from the identity
+(:meth:`Canonicalizer.prior`); the task adds ``prior_weight · prior`` to its training loss, in one place
+(:meth:`~canonical_network.tasks.base.CanonicalizedTask.model_step`).
 """
 
 from __future__ import annotations
@@ -17,25 +24,41 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from canonical_network.groups import GroupElement
+from canonical_network.utils.checks import check_number
 
 Inputs = tuple[torch.Tensor, ...]
 
+#: A continuous group's element counts as the identity when ``‖R − I‖_F`` is below this (R = ``g.matrix()``).
+#: For a planar rotation ``‖R − I‖_F = 2√2 |sin(θ/2)|``, so 1e-3 means |θ| < 7.1e-4 rad (0.04°); a 3-D
+#: frame rebuilt from float32 vectors is off the exact one by ~1e-6..1e-5 (Gram–Schmidt's rounding, see
+#: ``canonicalization/pointcloud.py``), two orders of magnitude below it.
+IDENTITY_TOLERANCE = 1e-3
 
-class _AppliesFreeze(type(nn.Module)):
-    """Metaclass of :class:`Canonicalizer`: applies ``freeze`` once the outermost ``__init__`` has returned,
-    i.e. after every parameter of every subclass exists, so no subclass has a step to remember."""
 
-    def __call__(cls, *args: Any, **kwargs: Any):
+class _AppliesBaseOptions(type(nn.Module)):
+    """Metaclass of :class:`Canonicalizer`: the options every canonicalizer has, without a subclass having a
+    step to remember.
+
+    * ``freeze`` is applied once the outermost ``__init__`` has returned, i.e. after every parameter of
+      every subclass exists;
+    * ``prior_weight`` (keyword only) is taken out of the constructor's arguments, checked and set here, so
+      a subclass's ``__init__`` never sees it and every canonicalizer honours it.
+    """
+
+    def __call__(cls, *args: Any, prior_weight: float = 0.0, **kwargs: Any):
+        prior_weight = check_number("canonicalization.prior_weight", prior_weight, low=0, finite=True)
         canonicalizer = super().__call__(*args, **kwargs)
+        canonicalizer.prior_weight = prior_weight
         if canonicalizer.freeze:
             canonicalizer.set_frozen(True)
         return canonicalizer
 
 
-class Canonicalizer(nn.Module, metaclass=_AppliesFreeze):
+class Canonicalizer(nn.Module, metaclass=_AppliesBaseOptions):
     """Base class of every canonicalization function h; it owns the contract every subclass gets for free.
 
     A subclass implements :meth:`canonicalize` and, when the task's outputs transform, :meth:`invert`:
@@ -48,16 +71,27 @@ class Canonicalizer(nn.Module, metaclass=_AppliesFreeze):
       one input or several; :class:`CanonicalizedModel` checks it.
     * ``freeze`` is applied by the base class after construction (whatever the subclass builds in its
       ``__init__``), and a frozen canonicalizer stays in eval mode.
+    * ``prior_weight`` is accepted by every canonicalizer's constructor (the base class's metaclass takes it;
+      subclasses do not declare it) and read by the task, which adds ``prior_weight ·``
+      :meth:`prior` to its training loss.
+    * :meth:`prior` and :meth:`is_identity` say how far the chosen element is from the identity, from the
+      group element alone (the one the forward pass used).
     * ``group_name`` names the group in mathematical notation: ``"C4"``, ``"D8"``, ``"SO(2)"``, ``"SO(3)"``,
       ``"O(3)"``, ``"E(3)"``, ``"trivial"``.
 
     Args:
         freeze: keep the weights at their initial values (the paper's "CN(frozen)" rows). The network is
             still evaluated, but no gradient flows into it and optimisers never see its parameters.
+        prior_weight: (keyword, taken by the base class) weight of the canonicalization prior in the
+            training loss, ≥ 0; 0 (default) turns it off. A frozen canonicalizer gets no gradient from it.
     """
 
     #: the group the canonicalizer is equivariant to, in mathematical notation (for logs and docs).
     group_name: str = "trivial"
+    #: the identity's index in a finite group's enumeration (escnn's order starts with it: no flip, angle 0)
+    identity_index: int = 0
+    #: weight of the canonicalization prior in the training loss (set by the metaclass; 0 = off)
+    prior_weight: float = 0.0
 
     def __init__(self, freeze: bool = False) -> None:
         super().__init__()
@@ -73,6 +107,22 @@ class Canonicalizer(nn.Module, metaclass=_AppliesFreeze):
             self.train(False)
         return self
 
+    #: whether h scores its candidates with the predictor f itself (test-time canonicalization,
+    #: ``canonicalization/test_time.py``); :class:`CanonicalizedModel` then hands f over through
+    #: :meth:`bind_predictor`.
+    needs_predictor: bool = False
+
+    def bind_predictor(self, predictor: nn.Module) -> None:
+        """Receive the predictor f; called by :class:`CanonicalizedModel` (once, in its ``__init__``) for a
+        canonicalizer with :attr:`needs_predictor`.
+
+        The hook for canonicalizers that need f to choose h(x) (e.g. the pose f is most confident in). An
+        override must keep f out of its submodules (store it in ``self.__dict__``, not as an attribute
+        ``nn.Module`` would register): f belongs to the model as ``predictor``, so registering it again
+        would duplicate its weights in the ``state_dict`` and in the canonicalizer's ``parameters()``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} sets needs_predictor but does not bind the predictor")
+
     def canonicalize(self, *inputs: torch.Tensor) -> tuple[Inputs, GroupElement | None]:
         """Return ``(canonical_inputs, group_element)`` with ``canonical_inputs = h(x)⁻¹ · x``, a tuple."""
         raise NotImplementedError
@@ -84,6 +134,46 @@ class Canonicalizer(nn.Module, metaclass=_AppliesFreeze):
     def group_element_index(self, group_element: GroupElement | None) -> torch.Tensor | None:
         """Finite groups: the index of the chosen element per sample, (B,) int64; ``None`` otherwise."""
         return None if group_element is None else group_element.index
+
+    def prior(self, group_element: GroupElement | None) -> torch.Tensor:
+        """The canonicalization prior (Mondal et al. 2023): how far h(x) is from the identity, a scalar ≥ 0,
+        the mean over the batch, unweighted (the task multiplies it by ``prior_weight``).
+
+        The hook a canonicalizer overrides if its group needs another distance. By default:
+
+        * trivial group (``None``): 0;
+        * an element carrying ``logits`` (B, |G|) (finite groups chosen from scores): the cross-entropy of
+          those logits toward :attr:`identity_index`, i.e. ``−log p(e | x)`` under the selection
+          distribution ``softmax(scores / temperature)``; it is 0 only in the limit of a certain choice;
+        * otherwise (continuous groups: PCA and OPT in SO(2), N-body E(3), point-cloud SO(3)/O(3)):
+          ``‖R − I‖²_F`` with ``R = g.matrix()``. Translations are not penalised: the prior is about
+          orientation, the pose a predictor has seen upright.
+
+        Computed from the element of the forward pass (no second forward), so its gradient reaches h
+        through the same graph (the straight-through or implicit gradient of the chosen element).
+        """
+        if group_element is None:
+            return torch.zeros(())
+        logits = getattr(group_element, "logits", None)
+        if logits is not None:
+            identity = torch.full(logits.shape[:1], self.identity_index, dtype=torch.long, device=logits.device)
+            return F.cross_entropy(logits, identity)
+        matrix = group_element.matrix()
+        eye = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
+        return (matrix - eye).square().sum(dim=(-2, -1)).mean()
+
+    def is_identity(self, group_element: GroupElement | None, batch_size: int) -> torch.Tensor:
+        """(B,) bool: whether each input's chosen element is the identity (what ``{split}/identity_rate``
+        averages). Finite groups compare ``index`` with :attr:`identity_index`; continuous groups test
+        ``‖R − I‖_F <`` :data:`IDENTITY_TOLERANCE`; the trivial group's only element is the identity."""
+        if group_element is None:
+            return torch.ones(batch_size, dtype=torch.bool)
+        index = self.group_element_index(group_element)
+        if index is not None:
+            return index == self.identity_index
+        matrix = group_element.matrix().detach()
+        eye = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
+        return torch.linalg.matrix_norm(matrix - eye) < IDENTITY_TOLERANCE
 
     def train(self, mode: bool = True) -> Canonicalizer:
         # A frozen canonicalizer stays in eval mode: batch-norm statistics or dropout would otherwise
@@ -98,6 +188,9 @@ class CanonicalizedModel(nn.Module):
         canonicalizer: h, a :class:`Canonicalizer` (the identity for baselines).
         predictor: f, any ``nn.Module`` taking the same positional inputs.
 
+    A canonicalizer with ``needs_predictor`` (test-time canonicalization) is given ``predictor`` here,
+    through :meth:`Canonicalizer.bind_predictor`, without becoming its parent module.
+
     ``forward(*inputs)`` returns the predictor's output mapped back by ``h'``. If ``h`` is equivariant
     (tested for every canonicalizer in ``tests/``), φ is equivariant (invariant for ``invert = id``)
     whatever ``f`` is.
@@ -111,6 +204,8 @@ class CanonicalizedModel(nn.Module):
             )
         self.canonicalizer = canonicalizer
         self.predictor = predictor
+        if canonicalizer.needs_predictor:  # h scores with f itself (test-time canonicalization)
+            canonicalizer.bind_predictor(predictor)
 
     def canonicalize(self, *inputs: torch.Tensor) -> tuple[Inputs, Any]:
         """``(h(x)⁻¹ · x as a tuple, h(x))``: what the predictor sees, for logging and figures."""
@@ -123,6 +218,11 @@ class CanonicalizedModel(nn.Module):
             )
         return canonical, group_element
 
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+    def forward_with_element(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """``(φ(x), h(x))``: the output and the group element that produced it, from one forward pass (the
+        task reads the canonicalization prior and the identity rate from that element)."""
         canonical, group_element = self.canonicalize(*inputs)
-        return self.canonicalizer.invert(self.predictor(*canonical), group_element)
+        return self.canonicalizer.invert(self.predictor(*canonical), group_element), group_element
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.forward_with_element(*inputs)[0]

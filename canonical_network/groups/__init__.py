@@ -23,6 +23,11 @@ class GroupElement(Protocol):
       group has them, are extra attributes of the concrete class.
     * ``index`` — ``(B,)`` int64, the element's index in a finite group's enumeration, or ``None`` for
       continuous groups.
+
+    Elements of finite groups chosen from per-element scores may also carry ``logits`` ``(B, |G|)``, the
+    selection distribution of the forward pass that chose them (what the canonicalization prior of
+    :meth:`~canonical_network.canonicalization.base.Canonicalizer.prior` reads); it is optional, so not part
+    of the protocol.
     """
 
     @property

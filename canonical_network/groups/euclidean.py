@@ -175,6 +175,19 @@ def axis_rotation(angle_rad: torch.Tensor, axis: Axis = "z") -> torch.Tensor:
     return matrix
 
 
+def axis_angle_rotation(axis: torch.Tensor, angle_rad: torch.Tensor) -> torch.Tensor:
+    """Rotations by ``angle_rad`` ``(B,)`` about the directions ``axis`` ``(B, 3)`` (normalised here), right-
+    handed: ``(B, 3, 3)`` by Rodrigues' formula ``I + sin θ K + (1 − cos θ) K²`` (``K v = n × v``)."""
+    n = axis / axis.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(axis.dtype).tiny)
+    x, y, z = n.unbind(-1)
+    zero = torch.zeros_like(x)
+    cross = torch.stack([zero, -z, y, z, zero, -x, -y, x, zero], dim=-1).reshape(*n.shape[:-1], 3, 3)
+    sin = torch.sin(angle_rad).view(*angle_rad.shape, 1, 1)
+    versine = (1 - torch.cos(angle_rad)).view(*angle_rad.shape, 1, 1)
+    eye = torch.eye(3, dtype=axis.dtype, device=axis.device)
+    return eye + sin * cross + versine * (cross @ cross)
+
+
 def random_axis_rotations(
     batch_size: int,
     generator: torch.Generator | None = None,

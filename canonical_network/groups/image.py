@@ -15,6 +15,8 @@ respect to the angle, which the straight-through estimator of Appendix I relies 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import kornia
@@ -39,11 +41,15 @@ class PlanarElement:
             straight-through gradient can flow through it as well).
         index: (B,) int64 index of the element in escnn's ordering (reflect · N + k), or ``None`` for
             continuous canonicalizers such as PCA.
+        logits: (B, |G|) for finite groups chosen from scores: the logits of the selection distribution
+            (the canonicalizer's scores divided by its temperature), as computed in the forward pass that
+            chose this element, so that the canonicalization prior needs no second forward; ``None`` otherwise.
     """
 
     angle_deg: torch.Tensor
     reflect: torch.Tensor
     index: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
 
     def matrix(self) -> torch.Tensor:
         """``(B, 2, 2)`` action on display coordinates (x right, y up): rotation ∘ flip^r (flip: x ↦ −x)."""
@@ -92,3 +98,38 @@ def act_exact(images: torch.Tensor, angle_deg: float, reflect: bool = False) -> 
     if float(quarter_turns).is_integer():
         return torch.rot90(images, int(quarter_turns) % 4, dims=(-2, -1))
     return rotate_deg(images, float(angle_deg))
+
+
+def planar_group(group_name: str) -> tuple[int, bool] | None:
+    """``(N, reflection)`` of a finite planar group named as canonicalizers name it (``"C4"`` → (4, False),
+    ``"D8"`` → (8, True)); ``None`` for any other name (``"SO(2)"``, ``"trivial"``, ...)."""
+    match = re.fullmatch(r"([CD])(\d+)", group_name)
+    if match is None:
+        return None
+    return int(match.group(2)), match.group(1) == "D"
+
+
+def group_elements(num_rotations: int, reflection: bool) -> list[tuple[float, bool]]:
+    """Every element of C_N (D_N with ``reflection``) as ``(angle_deg, reflect)``, in escnn's order."""
+    angles, reflect = element_angles_deg(num_rotations, reflection)
+    return [(float(a), bool(r)) for a, r in zip(angles.tolist(), reflect.tolist(), strict=True)]
+
+
+def orbit(images: torch.Tensor, elements: list[tuple[float, bool]]) -> Iterator[tuple[tuple[float, bool], torch.Tensor]]:
+    """``(element, g · images)`` for each ``element = (angle_deg, reflect)``, the same ``g`` for the whole batch
+    (B, C, H, W), applied by :func:`act_exact` (``rot90`` and flips exactly, other angles bilinearly).
+
+    The one definition of "a batch under a group's elements": the group-orbit test evaluation of
+    :class:`~canonical_network.tasks.image_classification.ImageClassificationTask` and the image symmetry of
+    :mod:`canonical_network.diagnostics` both iterate it.
+    """
+    for angle_deg, reflect in elements:
+        yield (angle_deg, reflect), act_exact(images, angle_deg, reflect)
+
+
+def constant_element(
+    angle_deg: float, reflect: bool, batch_size: int, *, dtype: torch.dtype = torch.float32, device=None
+) -> PlanarElement:
+    """The same element ``(angle_deg, reflect)`` for every sample of a batch, as a :class:`PlanarElement`."""
+    angle = torch.full((batch_size,), float(angle_deg), dtype=dtype, device=device)
+    return PlanarElement(angle_deg=angle, reflect=torch.full_like(angle, float(reflect)))

@@ -2,10 +2,10 @@
 counts.
 
 The step is written once (:meth:`CanonicalizedTask.model_step`, as the Lightning-Hydra template's
-``model_step``): split the batch into inputs and target, run φ, compute the loss, log ``{split}/loss``, update
-and log the split's metrics. A task gives only what is its own: :meth:`~CanonicalizedTask.loss` and, through
-the constructor's ``metrics``, what it measures per split (``update_metrics`` when a metric needs more than
-``(output, target)``).
+``model_step``): split the batch into inputs and target, run φ, compute the loss (plus, in training, the
+weighted canonicalization prior), log ``{split}/loss``, update and log the split's metrics. A task gives only
+what is its own: :meth:`~CanonicalizedTask.loss` and, through the constructor's ``metrics``, what it measures
+per split (``update_metrics`` when a metric needs more than ``(output, target)``).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from typing import Any
 import torch
 from lightning import LightningModule
 from torch import nn
-from torchmetrics import Metric
+from torchmetrics import MeanMetric, Metric
 
 from canonical_network.canonicalization.base import CanonicalizedModel, Canonicalizer
 from canonical_network.data.base import SPLITS
 from canonical_network.tasks.metrics import FigureDict
+from canonical_network.utils.checkpoints import RUN_CONFIG_KEY, run_config_entry
 from canonical_network.utils.checks import check_positive
 
 
@@ -41,10 +42,23 @@ class CanonicalizedTask(LightningModule):
             returns several named figures, is logged at the epoch's end as ``{split}/{figure}``.
 
     Batches are ``(*inputs, target)``: the network is called on the inputs (``split_batch`` to change that).
+
+    Canonicalization prior (Mondal et al. 2023), the same for every task and canonicalizer: in training the
+    loss is ``task loss + canonicalization.prior_weight · prior`` (:meth:`Canonicalizer.prior
+    <canonical_network.canonicalization.base.Canonicalizer.prior>` of the element the forward pass chose),
+    ``train/loss`` logs that sum and ``train/prior_loss`` the unweighted prior (logged whatever the weight).
+    Validation and test log ``{split}/identity_rate``, the share of inputs whose chosen element is the
+    identity (:meth:`~canonical_network.canonicalization.base.Canonicalizer.is_identity`; 1 for baselines).
     """
 
     #: whether validation and test log ``{split}/loss`` (off where the loss *is* a metric, e.g. N-body MSE)
     log_eval_loss: bool = True
+    #: constructor arguments that change what the test loop measures, never the network or its weights:
+    #: ``python -m canonical_network.evaluate`` lets ``model.<option>`` be overridden for these only
+    evaluation_options: tuple[str, ...] = ()
+    #: the resolved config of the run (``train`` sets it), stored in every checkpoint
+    #: (:data:`~canonical_network.utils.checkpoints.RUN_CONFIG_KEY`) so the model can be rebuilt from the file
+    run_config: dict[str, Any] | None = None
 
     def __init__(
         self,
@@ -65,6 +79,9 @@ class CanonicalizedTask(LightningModule):
             {f"{split}/{name}": metric for split, named in metrics.items() for name, metric in named.items()}
         )
         self.canonicalizer_lr = check_positive("model.canonicalizer_lr", canonicalizer_lr, optional=True)
+        # share of inputs canonicalized to the identity, per evaluation split (kept apart from ``metrics``,
+        # which are the task's own)
+        self.identity_rates = nn.ModuleDict({split: MeanMetric() for split in ("val", "test")})
         self.network = CanonicalizedModel(canonicalizer, predictor)
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
@@ -99,9 +116,18 @@ class CanonicalizedTask(LightningModule):
 
     def model_step(self, batch: Any, split: str) -> torch.Tensor:
         inputs, target = self.split_batch(batch)
-        output = self(*inputs)
+        output, group_element = self.network.forward_with_element(*inputs)
         loss = self.loss(output, target, split)
         batch_size = len(inputs[0])
+        if split == "train":
+            prior = self.canonicalizer.prior(group_element).to(loss)
+            if self.canonicalizer.prior_weight > 0:
+                loss = loss + self.canonicalizer.prior_weight * prior
+            self.log("train/prior_loss", prior.detach(), on_step=True, on_epoch=True, batch_size=batch_size)
+        else:
+            identity_rate = self.identity_rates[split]
+            identity_rate.update(self.canonicalizer.is_identity(group_element, batch_size).to(loss))
+            self.log(f"{split}/identity_rate", identity_rate, on_step=False, on_epoch=True, batch_size=batch_size)
         if split == "train" or self.log_eval_loss:
             self.log(f"{split}/loss", loss, on_step=split == "train", on_epoch=True, prog_bar=split != "test",
                      batch_size=batch_size)
@@ -150,6 +176,12 @@ class CanonicalizedTask(LightningModule):
             "canonicalizer": count(self.network.canonicalizer),
             "predictor": count(self.network.predictor),
         }
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Store :attr:`run_config` under :data:`~canonical_network.utils.checkpoints.RUN_CONFIG_KEY`
+        (``{"version": 1, "config": ...}``); nothing when no run config was given (a module built by hand)."""
+        if self.run_config is not None:
+            checkpoint[RUN_CONFIG_KEY] = run_config_entry(self.run_config)
 
     def configure_optimizers(self):
         canonicalizer_ids = {id(p) for p in self.network.canonicalizer.parameters()}

@@ -1,21 +1,36 @@
-"""Checkpoints written atomically: a checkpoint file is either the old one or the complete new one.
+"""Checkpoints: written atomically, and carrying the config of their run.
+
+**Atomic.** A checkpoint file is either the old one or the complete new one.
 
 Lightning's own writer stages the file in the system's temporary folder and then moves it into place; when
 that folder is on another file system (a tmpfs ``/tmp``, a node-local disk on a cluster) the move is a copy,
 and a process killed during the copy leaves a truncated ``last.ckpt``. :class:`AtomicCheckpointIO` writes
 the new file beside the old one and renames it over it (``os.replace``, atomic within a file system), after
 ``fsync``, so an interruption at any moment leaves a readable checkpoint.
+
+**Self-describing.** Every checkpoint a run writes carries the run's resolved config under
+:data:`RUN_CONFIG_KEY`, so the model can be rebuilt from the file alone, wherever it was copied:
+:func:`run_config_from_checkpoint` reads the config, :func:`model_from_checkpoint` rebuilds the model with
+its weights, and ``python -m canonical_network.evaluate ckpt_path=<file>`` runs its test loop. An evaluation
+may change the data and the task's evaluation options, never the network (:func:`refused_override`,
+:func:`check_architecture_unchanged`), with one exception: a training-free canonicalizer
+(:data:`TRAINING_FREE_CANONICALIZATIONS`, ``canonicalization=tta``) may be put in front of a checkpoint whose
+canonicalizer is the identity, since it adds no weights (:func:`training_free_choice`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from omegaconf import DictConfig, OmegaConf
+
+from canonical_network.utils.checks import ConfigError
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
@@ -41,3 +56,286 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None or "://" in str(path):
             return super().save_checkpoint(checkpoint, path, storage_options)  # remote: Lightning's own
         atomic_torch_save(checkpoint, path)
+
+
+# --- the run config a checkpoint carries ----------------------------------------------------------------
+
+#: The checkpoint key under which a canonical_network checkpoint carries its run:
+#: ``checkpoint["canonical_network"] = {"version": RUN_CONFIG_VERSION, "config": <resolved run config>}``,
+#: written by :meth:`canonical_network.tasks.base.CanonicalizedTask.on_save_checkpoint` (``train`` gives the
+#: module ``OmegaConf.to_container(cfg, resolve=True)``, the composed config of the run with every
+#: interpolation resolved). Lightning ignores the key when it resumes from the checkpoint.
+RUN_CONFIG_KEY = "canonical_network"
+#: Version of the entry's layout; a reader refuses a newer one instead of misreading it.
+RUN_CONFIG_VERSION = 1
+
+#: Config sections that make up the network a checkpoint's weights belong to: no evaluation may change them,
+#: except the task's :attr:`~canonical_network.tasks.base.CanonicalizedTask.evaluation_options` under
+#: ``model``. ``data_info`` holds the sizes the networks were built for (classes, channels, parts).
+ARCHITECTURE_SECTIONS = ("canonicalization", "prediction", "model", "data_info")
+#: Overrides that swap a whole architecture (a config group of train.yaml that picks one).
+_ARCHITECTURE_GROUPS = ("experiment",)
+
+
+#: Canonicalization options with no weights, hence evaluation options rather than architecture: any of them
+#: may replace the identity canonicalizer of a checkpoint (``canonicalization=tta``, plus its own
+#: ``canonicalization.<key>=...`` options); option name -> the ``_target_`` of its yaml.
+TRAINING_FREE_CANONICALIZATIONS = {"tta": "canonical_network.canonicalization.test_time.TestTimeCanonicalizer"}
+#: The ``_target_`` of the identity canonicalizer (configs/canonicalization/identity.yaml): a plain backbone.
+IDENTITY_CANONICALIZER = "canonical_network.canonicalization.identity.IdentityCanonicalizer"
+
+
+class CheckpointWithoutConfig(ValueError):
+    """A checkpoint that carries no run config (written before checkpoints did, or not by canonical_network)."""
+
+
+def run_config_entry(config: dict[str, Any]) -> dict[str, Any]:
+    """What :data:`RUN_CONFIG_KEY` holds for the resolved run config ``config``."""
+    return {"version": RUN_CONFIG_VERSION, "config": config}
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """The checkpoint in ``path``, on the CPU. Loaded with ``weights_only=True`` (tensors and plain Python
+    values only): reading a checkpoint runs no code from it, and canonical_network's checkpoints need none."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"ckpt_path={str(path)!r} does not exist")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise ValueError(f"ckpt_path={str(path)!r} is not a readable checkpoint: {error}") from error
+
+
+def stored_run_config(checkpoint: dict[str, Any], path: str | os.PathLike = "<checkpoint>") -> dict[str, Any] | None:
+    """The resolved run config a loaded checkpoint carries, or ``None`` when it carries none."""
+    entry = checkpoint.get(RUN_CONFIG_KEY)
+    if entry is None:
+        return None
+    version = entry.get("version") if isinstance(entry, dict) else None
+    if not isinstance(version, int) or version > RUN_CONFIG_VERSION or not isinstance(entry.get("config"), dict):
+        raise ValueError(
+            f"{path}: its {RUN_CONFIG_KEY!r} entry has version {version!r}; this canonical_network reads versions "
+            f"up to {RUN_CONFIG_VERSION}: update canonical_network to read it"
+        )
+    return entry["config"]
+
+
+def require_run_config(checkpoint: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
+    """:func:`stored_run_config`, or :class:`CheckpointWithoutConfig` saying what to do instead."""
+    config = stored_run_config(checkpoint, path)
+    if config is None:
+        raise CheckpointWithoutConfig(
+            f"{path} carries no run config (no {RUN_CONFIG_KEY!r} entry): it predates checkpoints that store "
+            "the config of their run, so the model cannot be rebuilt from it alone. Continue its run with "
+            "`python -m canonical_network.train experiment=<row> [its overrides] ckpt_path=<this file>` (the "
+            "checkpoints it then writes carry their config), or train the row again."
+        )
+    return config
+
+
+def run_config_from_checkpoint(path: str | os.PathLike) -> DictConfig:
+    """The composed, resolved config of the run that wrote the checkpoint ``path``.
+
+    Read from the checkpoint alone (:data:`RUN_CONFIG_KEY`), not from the run folder around it, so a
+    checkpoint copied elsewhere still rebuilds. Raises :class:`CheckpointWithoutConfig` for a checkpoint
+    that carries none, ``FileNotFoundError`` for a missing file.
+    """
+    return OmegaConf.create(require_run_config(load_checkpoint(path), path))
+
+
+def evaluation_options(model_config: Any) -> tuple[str, ...]:
+    """The ``model`` keys an evaluation may change for the task of ``model_config`` (its ``_target_``)."""
+    import hydra
+
+    target = model_config.get("_target_") if model_config is not None else None
+    try:
+        task = hydra.utils.get_class(str(target))
+    except Exception:
+        return ()
+    return tuple(getattr(task, "evaluation_options", ()))
+
+
+def refused_override(override: str, options: tuple[str, ...]) -> str | None:
+    """The key of a command-line override that would change a checkpoint's architecture, else ``None``.
+
+    ``override`` is a Hydra override (``key=value``, ``+key=value``, ``~key``, ``group=option``); refused are
+    the :data:`ARCHITECTURE_SECTIONS` and their keys (``canonicalization=gcnn``, ``prediction.width=2``,
+    ``model.optimizer.lr=0.1``), except ``model.<option>`` for ``option`` in ``options``, and
+    ``experiment=<row>``.
+    """
+    key = override.lstrip("+~").split("=", 1)[0].strip()
+    section = re.split(r"[./@]", key, maxsplit=1)[0]
+    if section in _ARCHITECTURE_GROUPS:
+        return key
+    if section not in ARCHITECTURE_SECTIONS:
+        return None
+    if section == "model" and key in {f"model.{option}" for option in options}:
+        return None
+    return key
+
+
+def architecture_error(key: str, options: tuple[str, ...], detail: str = "") -> str:
+    """The one message for an override that would change a checkpoint's architecture."""
+    allowed = ", ".join(f"model.{o}" for o in options) or "none for this task"
+    return (
+        f"{key}{detail} cannot be overridden when evaluating a checkpoint: its weights belong to the network "
+        f"its run config describes ({', '.join(f'{s}.*' for s in ARCHITECTURE_SECTIONS)} are fixed). What may be "
+        f"overridden: data (data=<option> with the same data_info sizes, data.<key>, e.g. data.rotation or "
+        f"data.batch_size), the task's evaluation options ({allowed}), seed, trainer, logger, paths and hydra. "
+        "To change the network, train it: python -m canonical_network.train experiment=<row> <overrides>"
+    )
+
+
+def training_free_choice(overrides: list[str] | tuple[str, ...]) -> str | None:
+    """The training-free canonicalization an evaluation's overrides pick (``canonicalization=tta`` →
+    ``"tta"``, :data:`TRAINING_FREE_CANONICALIZATIONS`), else ``None``."""
+    for override in overrides:
+        if override.startswith(("~", "+")) or "=" not in override:
+            continue
+        key, value = (part.strip() for part in override.split("=", 1))
+        if key == "canonicalization" and value in TRAINING_FREE_CANONICALIZATIONS:
+            return value
+    return None
+
+
+def _check_training_free(choice: str, stored: dict[str, Any]) -> None:
+    """A training-free canonicalizer replaces the checkpoint's canonicalizer: only the identity's (which has
+    no weights to drop) may be replaced."""
+    target = (stored.get("canonicalization") or {}).get("_target_")
+    if target != IDENTITY_CANONICALIZER:
+        raise ConfigError(
+            f"canonicalization={choice} replaces the checkpoint's canonicalizer, which must then be the identity "
+            f"(a plain backbone run, e.g. experiment=rotmnist/cnn); this checkpoint's is {target}, whose trained "
+            f"weights would be dropped. Evaluate a checkpoint of the backbone alone with canonicalization={choice}."
+        )
+
+
+def use_training_free_canonicalizer(config: DictConfig) -> bool:
+    """Point the task at the config's top-level ``canonicalization`` when it is a training-free one; returns
+    whether it is. A stored run config is resolved, so its ``model.canonicalizer`` is a copy of the run's
+    canonicalization (the identity), not the ``${canonicalization}`` interpolation of the yaml: without this
+    step ``canonicalization=tta`` would change the top-level key and leave the network as it was."""
+    from omegaconf import open_dict
+
+    canonicalization = config.get("canonicalization")
+    if canonicalization is None or canonicalization.get("_target_") not in TRAINING_FREE_CANONICALIZATIONS.values():
+        return False
+    with open_dict(config):
+        config.model.canonicalizer = OmegaConf.create(OmegaConf.to_container(canonicalization, resolve=True))
+    return True
+
+
+def check_overrides(overrides: list[str] | tuple[str, ...], stored: dict[str, Any]) -> None:
+    """Raise :class:`~canonical_network.utils.checks.ConfigError` for the first override that would change
+    the network of the stored run config ``stored`` (:func:`refused_override`). A training-free
+    canonicalization (``canonicalization=tta`` and its ``canonicalization.<key>`` options) is allowed when
+    the stored canonicalizer is the identity, and refused with its own message otherwise."""
+    options = evaluation_options(stored.get("model"))
+    choice = training_free_choice(overrides)
+    if choice is not None:
+        _check_training_free(choice, stored)
+    for override in overrides:
+        key = refused_override(override, options)
+        of_choice = choice is not None and re.split(r"[./@]", key or "", maxsplit=1)[0] == "canonicalization"
+        if key is not None and not of_choice:
+            raise ConfigError(architecture_error(key, options))
+
+
+class _Absent:
+    """A key that one of two compared configs lacks."""
+
+    def __repr__(self) -> str:
+        return "absent"
+
+
+_ABSENT = _Absent()
+
+
+def _differences(stored: Any, new: Any, key: str) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, stored value, new value)`` for every leaf where two resolved configs differ."""
+    if isinstance(stored, dict) and isinstance(new, dict):
+        found = []
+        for name in list(stored) + [k for k in new if k not in stored]:
+            found += _differences(stored.get(name, _ABSENT), new.get(name, _ABSENT), f"{key}.{name}")
+        return found
+    return [] if stored == new else [(key, stored, new)]
+
+
+def check_architecture_unchanged(stored: dict[str, Any], config: Any) -> None:
+    """Raise :class:`~canonical_network.utils.checks.ConfigError` (naming the first differing key) when
+    ``config`` describes another network than the stored run config ``stored``: any difference under the
+    :data:`ARCHITECTURE_SECTIONS` except the task's evaluation options."""
+    options = evaluation_options(stored.get("model"))
+    canonicalization = config.get("canonicalization") or {}
+    training_free = canonicalization.get("_target_") in TRAINING_FREE_CANONICALIZATIONS.values()
+    for section in ARCHITECTURE_SECTIONS:
+        if section == "canonicalization" and training_free:
+            # no weights: any of its options is an evaluation option, over an identity checkpoint only
+            name = {t: n for n, t in TRAINING_FREE_CANONICALIZATIONS.items()}[canonicalization.get("_target_")]
+            _check_training_free(name, stored)
+            continue
+        new = config.get(section, _ABSENT)
+        if isinstance(new, DictConfig):
+            new = OmegaConf.to_container(new, resolve=True)
+        for key, before, after in _differences(stored.get(section, _ABSENT), new, section):
+            if training_free and (key + ".").startswith("model.canonicalizer."):
+                continue  # the training-free canonicalizer, as use_training_free_canonicalizer put it there
+            if refused_override(key, options) is not None:
+                raise ConfigError(architecture_error(key, options, f" ({before!r} in the checkpoint, {after!r} here)"))
+
+
+def load_weights(model: torch.nn.Module, checkpoint: dict[str, Any], path: str | os.PathLike,
+                 mismatch: str = "the model rebuilt from its run config") -> None:
+    """Load the checkpoint's ``state_dict`` into ``model``, strictly: every weight present and fitting.
+
+    escnn convolutions hold their expanded filters as buffers only outside training mode, so a checkpoint
+    written in one mode lacks (or has extra) keys for a model in the other: on a mismatch the load is
+    retried in the other mode, and the model is put back in its own mode afterwards (switching to eval
+    expands the filters again from the loaded weights, so nothing is lost). ``mismatch`` names what the
+    weights were expected to fit, for the error message.
+    """
+    if "state_dict" not in checkpoint:
+        raise ValueError(f"{path} holds no 'state_dict': not a Lightning checkpoint of canonical_network.train")
+    training = model.training
+    try:
+        try:
+            model.load_state_dict(checkpoint["state_dict"], strict=True)
+        except RuntimeError:
+            model.train(not training)
+            model.load_state_dict(checkpoint["state_dict"], strict=True)
+    except RuntimeError as error:
+        raise ValueError(f"ckpt_path={str(path)!r}: its weights do not fit {mismatch}: {error}") from None
+    finally:
+        model.train(training)
+
+
+def model_from_checkpoint(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> torch.nn.Module:
+    """The LightningModule of the run that wrote ``path``, with its trained weights, in eval mode.
+
+    Rebuilt from the checkpoint alone: the run config it carries (:func:`run_config_from_checkpoint`),
+    ``overrides`` applied (``key=value`` dotted keys, e.g. ``["model.orbit_rotations=8"]``; only the task's
+    evaluation options may change the model, see :func:`refused_override`), then the weights (strict). E.g.::
+
+        model = model_from_checkpoint("outputs/runs/<date>/<time>_rotmnist-cn_p4/checkpoints/last.ckpt")
+        logits = model(images)  # (B, 1, 28, 28) -> (B, 10)
+    """
+    import hydra
+
+    checkpoint = load_checkpoint(path)
+    stored = require_run_config(checkpoint, path)
+    check_overrides(overrides, stored)
+    overrides = list(overrides)
+    config = OmegaConf.create(stored)
+    choice = training_free_choice(overrides)
+    if choice is not None:  # canonicalization=tta: its yaml replaces the identity's node
+        from canonical_network.utils.config import CONFIG_DIR
+
+        config.canonicalization = OmegaConf.load(CONFIG_DIR / "canonicalization" / f"{choice}.yaml")
+        overrides = [o for o in overrides if o.split("=", 1)[0].strip() != "canonicalization"]
+    config = OmegaConf.merge(config, OmegaConf.from_dotlist(overrides))
+    use_training_free_canonicalizer(config)
+    check_architecture_unchanged(stored, config)
+    model = hydra.utils.instantiate(config.model)
+    load_weights(model, checkpoint, path)
+    model.run_config = OmegaConf.to_container(config, resolve=True)
+    return model.eval()

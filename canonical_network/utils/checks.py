@@ -101,7 +101,8 @@ class ConfigError(ValueError):
 # Which data modules each task reads (by class name): a mismatch fails in a batch unpacking deep inside
 # Lightning, so it is caught here instead, naming both config groups.
 TASK_DATA = {
-    "ImageClassificationTask": ("RotatedMNISTDataModule", "RotatedMNIST5kDataModule"),
+    "ImageClassificationTask": ("RotatedMNISTDataModule", "RotatedMNIST5kDataModule", "CIFAR10DataModule",
+                                "STL10DataModule"),
     "NBodyDynamicsTask": ("NBodyDataModule",),
     "PointCloudClassificationTask": ("ModelNet40DataModule", "SyntheticShapesDataModule"),
     "PartSegmentationTask": ("ShapeNetPartDataModule", "SyntheticShapesDataModule"),
@@ -109,7 +110,7 @@ TASK_DATA = {
 DATA_OPTIONS = {
     "RotatedMNISTDataModule": "rotated_mnist", "RotatedMNIST5kDataModule": "rotated_mnist_5k",
     "NBodyDataModule": "nbody", "ModelNet40DataModule": "modelnet40", "ShapeNetPartDataModule": "shapenet_part",
-    "SyntheticShapesDataModule": "synthetic_shapes",
+    "SyntheticShapesDataModule": "synthetic_shapes", "CIFAR10DataModule": "cifar10", "STL10DataModule": "stl10",
 }
 
 
@@ -168,17 +169,26 @@ def _check_pretrained_source(checkpoint: str, data: str) -> None:
 
     from omegaconf import OmegaConf
 
+    from canonical_network.utils.checkpoints import load_checkpoint, stored_run_config
+
     path = Path(checkpoint)
     if not path.is_file():
         raise ConfigError(f"canonicalization.checkpoint={checkpoint!r} does not exist")
-    for parent in path.resolve().parents:
-        saved = parent / ".hydra" / "config.yaml"
-        if saved.is_file():
-            source = _short(OmegaConf.load(saved).get("data", {}).get("_target_"))
-            families = [set(v) for v in TASK_DATA.values() if data in v]
-            if source and families and not any(source in f for f in families):
-                raise ConfigError(
-                    f"canonicalization.checkpoint={checkpoint!r} comes from a run on {source}, not on data like "
-                    f"this run's {data}: use the checkpoint of a canonicalizer trained on the same kind of data"
-                )
-            return
+    # the run config the checkpoint carries, else (older checkpoints) the one Hydra saved beside the run
+    try:
+        source_config = stored_run_config(load_checkpoint(path), path)
+    except ValueError as error:
+        raise ConfigError(f"canonicalization.checkpoint: {error}") from None
+    if source_config is None:
+        saved = next((p / ".hydra" / "config.yaml" for p in path.resolve().parents
+                      if (p / ".hydra" / "config.yaml").is_file()), None)
+        source_config = OmegaConf.load(saved) if saved is not None else None
+    if source_config is None:
+        return
+    source = _short((source_config.get("data") or {}).get("_target_"))
+    families = [set(v) for v in TASK_DATA.values() if data in v]
+    if source and families and not any(source in f for f in families):
+        raise ConfigError(
+            f"canonicalization.checkpoint={checkpoint!r} comes from a run on {source}, not on data like "
+            f"this run's {data}: use the checkpoint of a canonicalizer trained on the same kind of data"
+        )

@@ -44,15 +44,16 @@ def register_resolvers() -> None:
 register_resolvers()
 
 
-def compose_experiment(overrides: list[str] | tuple[str, ...] = ()):
+def compose_experiment(overrides: list[str] | tuple[str, ...] = (), config_name: str = "train"):
     """The config that ``python -m canonical_network.train <overrides>`` would run, without running it.
 
     For scripts and notebooks: ``hydra.utils.instantiate(cfg.model)`` then builds the exact model of an
     experiment, e.g. ``compose_experiment(["experiment=rotmnist/cn_p4", "canonicalization.num_rotations=8"])``.
+    ``config_name="diagnose"`` composes what ``python -m canonical_network.diagnose <overrides>`` runs.
     """
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
+        return compose(config_name=config_name, overrides=list(overrides))

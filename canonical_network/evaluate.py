@@ -1,0 +1,207 @@
+"""Test a trained checkpoint again: ``python -m canonical_network.evaluate ckpt_path=<file> [overrides]``.
+
+The model is rebuilt from the run config the checkpoint carries (``canonical_network/utils/checkpoints.py``),
+not from the configs as they are now nor from the run folder, and its weights are loaded strictly. The
+user's overrides are applied to that config; they may change the data (``data=<option>`` with the same
+``data_info`` sizes, ``data.rotation=so3/so3``, ``data.batch_size=64``), the task's evaluation options
+(``model.orbit_rotations=8`` for images), ``seed``, ``trainer=gpu``, ``logger=csv``, paths and Hydra's
+settings, but never the network: an override of ``canonicalization.*``, ``prediction.*``, ``data_info.*``
+or another ``model.*`` key fails before anything is created, naming the key and what may be overridden.
+The one exception adds no weights: ``canonicalization=tta`` (test-time canonicalization, with its own
+``canonicalization.<key>`` options) in front of a checkpoint whose canonicalizer is the identity.
+
+Then ``trainer.test`` runs, logging to the same loggers as training (W&B offline and CSV by default), and
+``<run dir>/results.json`` is written in the evaluation's own folder
+(``outputs/evaluate/<date>/<time>_<experiment>/``) with the record of ``train``
+(:class:`~canonical_network.records.RunResults`), ``"status": "evaluated"`` and ``"checkpoint"`` the file
+read. ``tables`` and ``report`` leave such records out (:func:`canonical_network.records.load_runs`).
+
+From Python: ``evaluate(compose_evaluation(ckpt_path, overrides, output_dir))`` returns the record written.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from canonical_network.records import EVALUATED, EVALUATED_CHECKPOINT_KEY, RESULTS_FILE, RunResults
+from canonical_network.utils.checkpoints import (
+    check_architecture_unchanged,
+    check_overrides,
+    load_checkpoint,
+    load_weights,
+    require_run_config,
+    use_training_free_canonicalizer,
+)
+from canonical_network.utils.checks import ConfigError, validate_run_config
+from canonical_network.utils.config import CONFIG_DIR
+from canonical_network.utils.runs import (
+    build_trainer,
+    finish,
+    instantiate_callbacks,
+    instantiate_loggers,
+    logged_test_metrics,
+    prepare_process,
+    remove_unused_run_folder,
+    run_record,
+)
+
+log = logging.getLogger("canonical_network.evaluate")
+
+#: Name of the options under which the checkpoint's run config is registered (configs/evaluate.yaml).
+FROM_CHECKPOINT = "from_checkpoint"
+#: Keys of the stored run config that an evaluation takes from its own config instead: its loggers, paths
+#: and callbacks (the run's would write into the training run's folder) and the options of fitting.
+NOT_REUSED = ("logger", "callbacks", "paths", "hydra", "ckpt_path", "resume", "test", "test_ckpt")
+#: Keys of the stored run config registered as options of their own group, so that ``data=<option>`` and
+#: ``trainer=<option>`` replace them whole instead of merging into them.
+GROUPS = {"data": ("data", "data_info"), "trainer": ("trainer",)}
+_FOLDER_TAKEN = (f"{{folder}} already holds a {RESULTS_FILE} (another run's folder): an evaluation writes into "
+                 "a folder of its own; leave hydra.run.dir to its default, or give a new folder")
+
+
+def register_run_config(stored: dict[str, Any]) -> None:
+    """Make the checkpoint's run config composable: ``checkpoint_run`` (its own keys), ``data/from_checkpoint``
+    (``data`` and ``data_info``, global package) and ``trainer/from_checkpoint``, as configs/evaluate.yaml
+    expects. Registering again (another checkpoint in the same process) replaces them."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    grouped = {key for keys in GROUPS.values() for key in keys}
+    store.store(name="checkpoint_run", node={k: v for k, v in stored.items()
+                                             if k not in NOT_REUSED and k not in grouped})
+    store.store(group="data", name=FROM_CHECKPOINT, package="_global_",
+                node={key: stored.get(key) or {} for key in GROUPS["data"]})
+    store.store(group="trainer", name=FROM_CHECKPOINT, node=stored.get("trainer") or {})
+
+
+def prepare(ckpt_path: str | Path, overrides: list[str]) -> dict[str, Any]:
+    """Read the run config of ``ckpt_path``, check ``overrides`` against it and register it for composing;
+    returns it. Nothing is created: a missing file, a checkpoint without a run config or a refused
+    override fails here."""
+    path = Path(ckpt_path)
+    stored = require_run_config(load_checkpoint(path), path)
+    check_overrides(overrides, stored)
+    register_run_config(stored)
+    return stored
+
+
+def _quoted(value: str) -> str:
+    """``value`` as a Hydra override value (a path may hold characters of the override grammar)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def compose_evaluation(ckpt_path: str | Path, overrides: list[str] | tuple[str, ...] = (),
+                       output_dir: str | Path | None = None) -> DictConfig:
+    """The config that ``python -m canonical_network.evaluate ckpt_path=<ckpt_path> <overrides>`` runs,
+    with the run folder set to ``output_dir`` (required to run it outside ``@hydra.main``)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict
+
+    overrides = list(overrides)
+    prepare(ckpt_path, overrides)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="evaluate", overrides=[f"ckpt_path={_quoted(str(ckpt_path))}", *overrides])
+    if output_dir is not None:
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(output_dir)
+    return cfg
+
+
+def evaluate(cfg: DictConfig) -> RunResults:
+    """Test the checkpoint ``cfg.ckpt_path`` under the composed evaluation config ``cfg`` and write
+    ``results.json`` into ``cfg.paths.output_dir``; returns the record written.
+
+    Everything that can fail on the config (the checkpoint, the architecture check, building the data,
+    model, loggers and trainer) fails with a :class:`ConfigError` before the test loop.
+    """
+    start = time.time()
+    path = Path(cfg.ckpt_path).resolve()
+    output_dir = Path(cfg.paths.output_dir)
+    try:
+        checkpoint = load_checkpoint(path)
+        stored = require_run_config(checkpoint, path)
+    except (OSError, ValueError) as error:
+        raise ConfigError(str(error)) from error
+    validate_run_config(cfg)  # first: a data set of another task is named as such
+    use_training_free_canonicalizer(cfg)  # canonicalization=tta: the task's canonicalizer becomes it
+    check_architecture_unchanged(stored, cfg)
+    if (output_dir / RESULTS_FILE).exists():
+        raise ConfigError(_FOLDER_TAKEN.format(folder=output_dir))
+    prepare_process(cfg, output_dir)
+    config = OmegaConf.to_container(cfg, resolve=True)
+
+    try:  # building from the config: a failure here is a config error, found before testing
+        datamodule = hydra.utils.instantiate(cfg.data)
+        model = hydra.utils.instantiate(cfg.model)
+        load_weights(model, checkpoint, path)
+        loggers = instantiate_loggers(cfg, output_dir, job_type="evaluate")
+        trainer = build_trainer(cfg, output_dir, instantiate_callbacks(cfg), loggers)
+    except Exception as error:
+        raise ConfigError(str(error)) from error
+    del checkpoint  # the optimiser state and the rest are not needed for testing
+    param_counts = model.parameter_counts() if hasattr(model, "parameter_counts") else {}
+    for lg in loggers:
+        lg.log_hyperparams({**config, "params": param_counts, EVALUATED_CHECKPOINT_KEY: str(path)})
+    log.info("Evaluating %s (%s); parameters: %s", path, cfg.get("experiment_name"), param_counts)
+
+    trainer.test(model, datamodule=datamodule)
+    results = run_record(cfg, config, status=EVALUATED, metrics=logged_test_metrics(trainer),
+                         params=param_counts, checkpoint=str(path), trainer=trainer, started=start,
+                         output_dir=output_dir)
+    finish(results, output_dir, trainer, loggers, log)
+    return results
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="evaluate")
+def _evaluate_main(cfg: DictConfig) -> None:
+    try:
+        evaluate(cfg)
+    except ConfigError:
+        remove_unused_run_folder(Path(cfg.paths.output_dir))  # a refused evaluation leaves no folder behind
+        raise
+
+
+def _command_line(arguments: list[str]) -> tuple[str, list[str]]:
+    """``(ckpt_path, overrides)`` of a command line, parsed as Hydra parses it."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = get_args_parser().parse_args(arguments).overrides or []
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    given = [o for o in parsed if o.key_or_group == "ckpt_path" and not o.is_delete()]
+    if not given:
+        raise ConfigError("ckpt_path is required: python -m canonical_network.evaluate ckpt_path=<checkpoint file> "
+                          "[overrides], the file a `python -m canonical_network.train` run wrote (e.g. "
+                          "outputs/runs/<date>/<time>_<experiment>/checkpoints/last.ckpt)")
+    if len(given) > 1 or given[0].is_sweep_override():
+        raise ConfigError("ckpt_path takes one checkpoint per command (a multirun may sweep evaluation options, "
+                          "not checkpoints): run the command once per checkpoint")
+    # Hydra writes .hydra/ into the run folder before the evaluation starts: never into another run's
+    run_dir = next((str(o.value()) for o in parsed if o.key_or_group == "hydra.run.dir"), None)
+    if run_dir and (Path(run_dir) / RESULTS_FILE).exists():
+        raise ConfigError(_FOLDER_TAKEN.format(folder=run_dir))
+    return str(given[0].value()), overrides
+
+
+def main() -> None:
+    """The command line (console script ``cn-evaluate``): the checkpoint's run config is read and the
+    overrides are checked before Hydra composes the config and creates the run folder."""
+    try:
+        ckpt_path, overrides = _command_line(sys.argv[1:])
+        prepare(ckpt_path, overrides)
+    except (ConfigError, OSError, ValueError) as error:
+        raise SystemExit(f"canonical_network.evaluate: error: {error}") from None
+    _evaluate_main()
+
+
+if __name__ == "__main__":
+    main()

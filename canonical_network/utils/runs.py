@@ -1,0 +1,233 @@
+"""What the commands that run a model (``train``, ``evaluate``) share: the process set-up, loggers, callbacks and
+trainer built from the config, where a run ran, its ``results.json`` record and the summary it prints.
+
+Each command keeps only what is its own (``train``: fit, resume, the folder lock; ``evaluate``: the model
+rebuilt from a checkpoint); everything here is called by both, so a run folder, a W&B run and a record look
+the same whichever command made them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from canonical_network.records import RunResults, write_results
+from canonical_network.utils.config import PROJECT_ROOT
+
+#: The lock ``train`` holds on its run folder (``train.run_folder_lock``).
+LOCK_FILE = ".run.lock"
+#: What Hydra and the lock put in a run folder before a command runs (the log file is ``<job name>.log``,
+#: configs/hydra/default.yaml and configs/evaluate.yaml): a folder holding only these was never used.
+SETUP_FILES = {".hydra", "train.log", "evaluate.log", LOCK_FILE}
+
+
+def set_local_dirs(output_dir: Path) -> None:
+    """Keep W&B's and matplotlib's files inside outputs/: nothing is written elsewhere on the machine."""
+    scratch = PROJECT_ROOT / "outputs" / ".cache"
+    os.environ.setdefault("WANDB_DIR", str(output_dir))
+    os.environ.setdefault("WANDB_CACHE_DIR", str(scratch / "wandb"))
+    os.environ.setdefault("WANDB_CONFIG_DIR", str(scratch / "wandb-config"))
+    os.environ.setdefault("WANDB_DATA_DIR", str(scratch / "wandb-data"))
+    os.environ.setdefault("MPLCONFIGDIR", str(scratch / "matplotlib"))
+
+
+class _DropTips(logging.Filter):
+    """Lightning's advertisement for its cloud logger is not information about the run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+def quiet_library_output() -> None:
+    """One copy of every line: Lightning's loggers go through Hydra's handlers (console and the run's log
+    file) instead of also through their own; no litlogger tip; no torch.jit deprecation warning from escnn."""
+    import warnings
+
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _DropTips) for f in rank_zero.filters):
+        rank_zero.addFilter(_DropTips())
+    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated", category=FutureWarning)
+
+
+def prepare_process(cfg: DictConfig, output_dir: Path) -> None:
+    """Before anything is built: quiet library output, the run folder and local caches, the seed, and the
+    float32 matmul precision (``matmul_precision``)."""
+    import lightning as L
+    import torch
+
+    quiet_library_output()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    set_local_dirs(output_dir)
+    L.seed_everything(cfg.seed, workers=True)
+    if cfg.get("matmul_precision"):
+        torch.set_float32_matmul_precision(cfg.matmul_precision)
+
+
+def stable_run_id(output_dir: Path) -> str:
+    """A W&B run id derived from the run folder, so a requeued or resumed job continues the same W&B run."""
+    return hashlib.sha1(str(output_dir.resolve()).encode()).hexdigest()[:16]
+
+
+def instantiate_loggers(cfg: DictConfig, output_dir: Path, **wandb_arguments: Any) -> list:
+    """The loggers of ``cfg.logger`` (a dict keyed by name; entries without ``_target_`` are switched off).
+    W&B gets the run folder's :func:`stable_run_id` and ``wandb_arguments`` (e.g. ``job_type``)."""
+    loggers = []
+    for name, logger_cfg in (cfg.get("logger") or {}).items():
+        if not logger_cfg or "_target_" not in logger_cfg:
+            continue
+        extra = {"id": stable_run_id(output_dir), **wandb_arguments} if name == "wandb" else {}
+        loggers.append(hydra.utils.instantiate(logger_cfg, **extra))
+    return loggers
+
+
+def instantiate_callbacks(cfg: DictConfig) -> list:
+    """The callbacks of ``cfg.callbacks`` (a dict keyed by name; entries without ``_target_`` are off)."""
+    return [
+        hydra.utils.instantiate(cb) for cb in (cfg.get("callbacks") or {}).values() if cb and "_target_" in cb
+    ]
+
+
+def trainer_plugins() -> list:
+    """Checkpoints written atomically; under Slurm, requeueing left to submitit (configs/hydra/launcher/
+    slurm.yaml), so Lightning's own is switched off."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    from canonical_network.utils.checkpoints import AtomicCheckpointIO
+
+    plugins: list = [AtomicCheckpointIO()]
+    if SLURMEnvironment.detect():
+        plugins.append(SLURMEnvironment(auto_requeue=False))
+    return plugins
+
+
+def build_trainer(cfg: DictConfig, output_dir: Path, callbacks: list, loggers: list):
+    """The Lightning Trainer of ``cfg.trainer``, rooted in the run folder."""
+    return hydra.utils.instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir),
+        plugins=trainer_plugins(),
+    )
+
+
+def environment(trainer=None) -> dict[str, Any]:
+    """Where a run ran, for the report: CPU model and cores, accelerator, threads and library versions."""
+    import platform
+
+    import lightning
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    device = "CPU"
+    root = getattr(getattr(trainer, "strategy", None), "root_device", None)
+    if root is not None and root.type == "cuda":
+        device = torch.cuda.get_device_name(root)
+    return {
+        "machine": f"{cpu}, {os.cpu_count()} cores, {device}",
+        "device": device,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+    }
+
+
+def to_float(value: Any) -> float:
+    """A logged value (tensor or number) as a Python float."""
+    return float(value.item() if hasattr(value, "item") else value)
+
+
+def logged_test_metrics(trainer) -> dict[str, float]:
+    """Every ``test/*`` value the trainer's last ``test`` logged."""
+    return {k: to_float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+
+
+def command_overrides() -> list[str]:
+    """The command line's Hydra overrides (empty when composed outside ``@hydra.main``: tests, notebooks)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return []
+
+
+def is_multirun() -> bool:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:
+        return False
+
+
+def run_record(cfg: DictConfig, config: dict[str, Any], *, status: str, metrics: dict[str, float],
+               params: dict[str, int], checkpoint: str, trainer, started: float, output_dir: Path,
+               **fields: Any) -> RunResults:
+    """The ``results.json`` record of a run that got to its test: the fields every command writes, then
+    ``fields`` (the command's own, in the order given). ``config`` is the resolved composed config."""
+    record: RunResults = {
+        "experiment": cfg.get("experiment_name"),
+        "status": status,
+        "seed": cfg.seed,
+        "overrides": command_overrides(),
+        "metrics": metrics,
+        "params": params,
+        "checkpoint": checkpoint,
+    }
+    record.update(fields)  # type: ignore[typeddict-item]
+    record.update({
+        "wall_time_s": round(time.time() - started, 2),
+        "environment": environment(trainer),
+        "tags": list(cfg.get("tags") or []),
+        "run_dir": str(output_dir),
+        "config": config,
+    })
+    return record
+
+
+def print_summary(results: RunResults, output_dir: Path, loggers: list, log: logging.Logger) -> None:
+    """The run folder, the checkpoint tested, the test metrics and the W&B run (with the command that
+    uploads an offline one), through the logging set-up of Hydra: on the console and in the run's log."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    lines = [f"Run folder: {output_dir}", f"Checkpoint tested: {results['checkpoint']}"]
+    lines += [f"{k} = {v:.4f}" for k, v in sorted(results["metrics"].items())]
+    for lg in loggers:
+        if isinstance(lg, WandbLogger):
+            run_dir = Path(lg.experiment.dir).parent
+            offline = getattr(lg.experiment.settings, "mode", "") == "offline" or "offline" in run_dir.name
+            lines.append(f"W&B run: {run_dir}" + (f"  (offline; upload with: wandb sync {run_dir})" if offline else ""))
+    log.info("Summary\n%s", "\n".join(lines))
+
+
+def finish(results: RunResults, output_dir: Path, trainer, loggers: list, log: logging.Logger) -> None:
+    """Write ``<run dir>/results.json`` and print the summary (global rank 0 only)."""
+    if trainer.is_global_zero:
+        write_results(output_dir, results)
+        print_summary(results, output_dir, loggers, log)
+
+
+def remove_unused_run_folder(output_dir: Path) -> bool:
+    """Delete ``output_dir`` if it holds nothing but set-up files (:data:`SETUP_FILES`: a run that never ran)."""
+    if output_dir.is_dir() and {p.name for p in output_dir.iterdir()} <= SETUP_FILES:
+        shutil.rmtree(output_dir, ignore_errors=True)
+        return True
+    return False
