@@ -160,6 +160,8 @@ def dataset_of(run: dict) -> tuple[str, bool]:
         return "data not recorded", True
     short = target.rsplit(".", 1)[-1]
     name, comparable = DATASETS.get(short, (short, False))
+    if run.get("config.data.test_rotation") == "none":
+        return f"{name}, upright test", False  # another test set than the paper's rotated one
     if run.get("config.data.train_rotation") == "none":
         # upright training digits (adapt_mnist/*): another protocol than the paper's rotated training data
         return f"{name}, upright training", False

@@ -7,6 +7,7 @@
 #   scripts/reproduce.sh nbody           # the 7 rows of Table 3, 1,000 epochs (FA-GNN: FA_EPOCHS), seeds 0-1
 #   scripts/reproduce.sh nbody-ablations
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
+#   scripts/reproduce.sh adapt-mnist     # the embedded adapt table (ResNet-18, upright train), ADAPT_EPOCHS, ADAPT_SEEDS
 #   scripts/reproduce.sh diagnose        # diagnose the trained Rotated MNIST checkpoints (docs/reproduction/diagnostics)
 #   scripts/reproduce.sh report          # copy the small records into docs/ and rebuild the report
 #
@@ -65,6 +66,9 @@ case "${1:-}" in
       run "${rotation//\//_}" "0 1" modelnet/pointnet modelnet/dgcnn modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \
         modelnet/cn_frozen_pointnet -- data.rotation="$rotation" trainer.max_epochs=30
     done ;;
+  adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test
+    run "" "${ADAPT_SEEDS:-0 1}" adapt_mnist/resnet18 adapt_mnist/resnet18_aug adapt_mnist/cn_c8_resnet18 \
+      adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs="${ADAPT_EPOCHS:-5}" ;;
   diagnose)  # diagnose the tested (best-validation) checkpoint of seed DIAG_SEED (default 1) of each Table 1-2 row
     for row in cn_p64 cn_p4 cn_p4_frozen cn_pca cnn cnn_aug; do
       ckpt=$(ls "$OUT/rotmnist/$row/seed${DIAG_SEED:-1}/checkpoints/"epoch_*.ckpt 2>/dev/null | head -1)
@@ -79,5 +83,5 @@ case "${1:-}" in
     "$PY" scripts/collect_runs.py "$OUT" docs/reproduction/runs
     "$PY" -m canonical_network.report docs/reproduction/runs --out docs/reproduction ;;
   *)
-    sed -n '2,14p' "$0"; exit 2 ;;
+    sed -n '2,15p' "$0"; exit 2 ;;
 esac

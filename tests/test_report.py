@@ -171,3 +171,14 @@ def test_diagnostics_of_trained_models_are_tabled_when_present(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| rotmnist/cn_p4 | 6.2e-15"))
     assert "| 1.99 of 2.00 | 0.8 % | 3.5 % (> 0.1) | 3.1 % |" in row
     assert "(diagnostics/cn_p4/canonical_pairs.png)" in row
+
+
+@pytest.mark.parametrize(("key", "label"), [("train_rotation", "upright training"), ("test_rotation", "upright test")])
+def test_upright_protocols_are_their_own_data_never_compared_with_the_paper(key, label):
+    from canonical_network.records import dataset_of
+
+    run = {"config.data._target_": "canonical_network.data.rotated_mnist.RotatedMNIST5kDataModule"}
+    name, comparable = dataset_of(run)
+    assert label not in name
+    name, comparable = dataset_of({**run, f"config.data.{key}": "none"})
+    assert name.endswith(label) and comparable is False

