@@ -160,11 +160,11 @@ def dataset_of(run: dict) -> tuple[str, bool]:
         return "data not recorded", True
     short = target.rsplit(".", 1)[-1]
     name, comparable = DATASETS.get(short, (short, False))
-    if run.get("config.data.test_rotation") == "none":
-        return f"{name}, upright test", False  # another test set than the paper's rotated one
-    if run.get("config.data.train_rotation") == "none":
-        # upright training digits (adapt_mnist/*): another protocol than the paper's rotated training data
-        return f"{name}, upright training", False
+    # Upright training (adapt_mnist/*) or upright test digits: another protocol than the paper's rotated data
+    upright = [what for key, what in (("train_rotation", "training"), ("test_rotation", "test"))
+               if run.get(f"config.data.{key}") == "none"]
+    if upright:
+        return f"{name}, upright {' and '.join(upright)}", False
     return name, comparable
 
 

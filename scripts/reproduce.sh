@@ -11,7 +11,8 @@
 #   scripts/reproduce.sh diagnose        # diagnose the trained Rotated MNIST checkpoints (docs/reproduction/diagnostics)
 #   scripts/reproduce.sh report          # copy the small records into docs/ and rebuild the report
 #
-# JOBS (default 2) jobs run at once, each with cores / JOBS threads. OUT (default outputs/reproduction) holds
+# JOBS (default 2) jobs run at once, each with THREADS threads (default cores / JOBS; set THREADS=1 when two
+# stages run side by side on a 2-core machine). OUT (default outputs/reproduction) holds
 # the run folders. On a GPU machine add trainer=gpu through EXTRA, e.g. EXTRA="trainer=gpu" JOBS=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,7 @@ run() {  # run <variant or ""> <seeds> <experiments...> -- <overrides...>
   local variant="$1" seeds="$2"; shift 2
   local args=(--out "$OUT" --jobs "$JOBS" --seeds $seeds)
   [[ -n "$variant" ]] && args+=(--variant "$variant")
+  [[ -n "${THREADS:-}" ]] && args+=(--threads "$THREADS")
   local experiments=()
   while [[ $# -gt 0 && "$1" != "--" ]]; do experiments+=("$1"); shift; done
   [[ $# -gt 0 ]] && shift
@@ -67,8 +69,8 @@ case "${1:-}" in
         modelnet/cn_frozen_pointnet -- data.rotation="$rotation" trainer.max_epochs=30
     done ;;
   adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test
-    run "" "${ADAPT_SEEDS:-0 1}" adapt_mnist/resnet18 adapt_mnist/resnet18_aug adapt_mnist/cn_c8_resnet18 \
-      adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs="${ADAPT_EPOCHS:-5}" ;;
+    run "" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/resnet18_aug adapt_mnist/cn_c8_resnet18 \
+      adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs="${ADAPT_EPOCHS:-15}" ;;
   diagnose)  # diagnose the tested (best-validation) checkpoint of seed DIAG_SEED (default 1) of each Table 1-2 row
     for row in cn_p64 cn_p4 cn_p4_frozen cn_pca cnn cnn_aug; do
       ckpt=$(ls "$OUT/rotmnist/$row/seed${DIAG_SEED:-1}/checkpoints/"epoch_*.ckpt 2>/dev/null | head -1)

@@ -6,7 +6,6 @@ STL-10 run fills its table."""
 from __future__ import annotations
 
 import pytest
-from omegaconf import open_dict
 
 from canonical_network import tables
 from canonical_network.records import load_runs, read_results
@@ -28,7 +27,8 @@ def test_every_row_of_both_tables_has_an_experiment():
     backbones = ("resnet50", "vit_b_16")
     assert set(ADAPT_ROWS) == {f"adapt/{r.format(b)}" for b in backbones
                                for r in ("{}", "{}_aug", "cn_c8_{}", "cn_c8_prior_{}")}
-    for name in ("adapt_table", "adapt_table_c8", "adapt_mnist_table"):
+    for name in ("adapt_table", "adapt_table_c8", "adapt_mnist_table", "adapt_mnist_table_c8", "adapt_mnist_table_worst",
+                 "adapt_mnist_identity"):
         assert {row["experiment"] for row in tables.paper_tables()[name]["rows"]} <= set(EXPERIMENTS)
 
 
@@ -44,16 +44,19 @@ def _check_record(tmp_path, experiment: str) -> dict:
 @pytest.mark.parametrize("experiment", MNIST_ROWS)
 def test_adapt_mnist_row_runs_end_to_end(experiment, tmp_path, one_thread):
     cfg = shrink(compose_config([f"experiment={experiment}", "debug=fast", "data.batch_size=16"], tmp_path))
-    assert cfg.data.train_rotation == "none"
-    with open_dict(cfg):
-        cfg.data.eval_rotations = 1
+    # Mondal et al.'s protocol: upright training and test digits, the C8 orbit of the test digits as rotated test
+    assert (cfg.data.train_rotation, cfg.data.test_rotation, cfg.model.orbit_rotations) == ("none", "none", 8)
     run(cfg)
     written = _check_record(tmp_path, experiment)
     assert written["config"]["data"]["train_rotation"] == "none"
-    text = tables.make_tables(load_runs(tmp_path), only="adapt_mnist_table")
-    assert "upright training" in text  # its own data group: never pooled with runs on rotated training digits
-    row = next(r for r in tables.paper_tables()["adapt_mnist_table"]["rows"] if r["experiment"] == experiment)
-    assert "(n=1)" in next(line for line in text.splitlines() if line.startswith(f"| {row['name']} |"))
+    # the identity rate on upright digits is what the prior is for; the backbone alone always keeps them upright
+    identity = written["metrics"]["test/identity_rate"]
+    assert 0.0 <= identity <= 1.0 and (identity == 1.0 or "cn_c8" in experiment)
+    for table in ("adapt_mnist_table", "adapt_mnist_table_c8", "adapt_mnist_table_worst", "adapt_mnist_identity"):
+        text = tables.make_tables(load_runs(tmp_path), only=table)
+        assert "upright training and test" in text  # its own data group: never pooled with the paper's protocol
+        row = next(r for r in tables.paper_tables()[table]["rows"] if r["experiment"] == experiment)
+        assert "(n=1)" in next(line for line in text.splitlines() if line.startswith(f"| {row['name']} |"))
 
 
 def _fake_data_run(experiment: str, tmp_path, monkeypatch, data: str = "cifar10") -> dict:

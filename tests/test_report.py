@@ -182,3 +182,65 @@ def test_upright_protocols_are_their_own_data_never_compared_with_the_paper(key,
     assert label not in name
     name, comparable = dataset_of({**run, f"config.data.{key}": "none"})
     assert name.endswith(label) and comparable is False
+
+
+def test_upright_training_and_test_together_name_both():
+    from canonical_network.records import dataset_of
+
+    run = {"config.data._target_": MNIST5K, "config.data.train_rotation": "none", "config.data.test_rotation": "none"}
+    assert dataset_of(run) == ("rotated_mnist_5k (5,000 MNIST digits, ours), upright training and test", False)
+
+
+def test_every_claim_names_cells_of_its_table():
+    tables = report.paper_tables()
+    for claim in report.CLAIMS:
+        spec = tables[claim.table]
+        rows = {row["name"] for row in spec["rows"]}
+        for name, column in (claim.a, claim.b):
+            assert name in rows and 0 <= column < len(spec["columns"]), (claim.text, name, column)
+        assert claim.relation in ("better", "equal")
+
+
+ADAPT_MNIST = {"train_rotation": "none", "test_rotation": "none"}
+
+
+def test_adapt_claims_read_each_metric_in_its_own_direction(tmp_path):
+    """The embedded adapt table's claims: the identity rate is higher-is-better (scale 100), the errors lower."""
+    runs = tmp_path / "runs"
+    rows = {  # experiment: (upright error, C8-averaged error, worst case, identity rate) per seed
+        "adapt_mnist/resnet18": [(2.0, 60.0, 98.0, 1.0), (2.2, 61.0, 97.0, 1.0), (1.9, 59.0, 98.5, 1.0)],
+        "adapt_mnist/cn_c8_resnet18": [(3.0, 3.5, 5.0, 0.20), (3.4, 3.8, 5.5, 0.22), (3.2, 3.6, 5.2, 0.18)],
+        "adapt_mnist/cn_c8_prior_resnet18": [(2.1, 2.5, 4.0, 0.93), (2.3, 2.6, 4.2, 0.95), (2.0, 2.4, 3.9, 0.94)],
+    }
+    # the CN rows' canonicalizer is the one Table 6 varies (3 layers, C8); only their backbone differs
+    gcnn = {"_target_": "canonical_network.canonicalization.image.GCNNCanonicalizer", "num_layers": 3,
+            "num_rotations": 8, "freeze": False}
+    resnet = {"_target_": "canonical_network.prediction.torchvision_backbones.TorchvisionBackbone"}
+    for experiment, seeds in rows.items():
+        config = {"data": {"_target_": MNIST5K, **ADAPT_MNIST}, "prediction": resnet}
+        if "cn_c8" in experiment:
+            config["canonicalization"] = gcnn
+        for seed, (err, mean, worst, identity) in enumerate(seeds):
+            write_run(runs, f"{experiment.replace('/', '_')}_{seed}", experiment, seed,
+                      {"test/error": err, "test/orbit/error_mean": mean, "test/orbit/error_worst": worst,
+                       "test/identity_rate": identity}, max_epochs=15, epochs=15, extra_config=config)
+    text = report.build_report([runs], tmp_path / "out").read_text()
+
+    def verdict(start):
+        line = next(line for line in text.splitlines() if line.startswith(f"| {start}"))
+        return line.rsplit("**", 2)[-2]
+
+    assert verdict("The prior raises the identity rate") == "holds"  # 94 % vs 20 %, higher is better
+    assert verdict("The prior keeps upright accuracy") == "holds"  # +0.1 ± 0.4 within ±1
+    assert verdict("The prior beats no prior on upright digits") == "holds"
+    assert verdict("CN(C8)+prior beats the ResNet-18 in the worst case") == "holds"
+    assert "| CN(C8)+prior-ResNet18 | 94.00 ± " in text  # the identity rate table, in %
+    assert "Table 6" not in text  # the CN(C8)-ResNet18 rows (3 layers, C8) are not the CNN's Table 6 rows
+    figures = {f.name for f in (tmp_path / "out" / "figures").iterdir()}
+    assert figures and all(f"figures/{name}" in text for name in figures)
+    # rebuilt, the figures of a table that has no runs any more go (the report's own names); other files stay
+    (tmp_path / "out" / "figures" / "mine.png").write_bytes(b"")
+    (tmp_path / "out" / "figures" / "rotmnist_table6_rotated_mnist_5k___5_epochs_bars.png").write_bytes(b"")
+    text = report.build_report([runs], tmp_path / "out").read_text()
+    assert {f.name for f in (tmp_path / "out" / "figures").iterdir()} == figures | {"mine.png"}
+    assert (tmp_path / "out" / "figures" / "mine.png").exists()
