@@ -17,6 +17,10 @@ Every ``results.json`` below the folders is one run (``canonical_network.train``
 * a bar chart per table (ours with CI, the paper with its std) and validation curves per row;
 * every run: command, data set, epochs, wall time and the machine it ran on.
 
+``--readme README.md`` also rewrites the README's headline, the block between ``<!-- headline:start`` and
+``<!-- headline:end -->``, from the report just written: Table 1 at its largest budget and the claims table,
+so the README's figures are never typed by hand.
+
 Regenerating it from the same folders gives the same file: nothing in it depends on the clock.
 """
 
@@ -26,6 +30,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -545,16 +550,66 @@ def build_report(folders: list[Path], out: Path) -> Path:
     return path
 
 
+HEADLINE_START = "<!-- headline:start"
+HEADLINE_END = "<!-- headline:end -->"
+HEADLINE_TABLE = "### Table 1:"
+
+
+def _section(lines: list[str], start: int) -> list[str]:
+    """``lines[start:]`` up to the next heading or figure, trailing blank lines dropped."""
+    end = start + 1
+    while end < len(lines) and not lines[end].startswith(("#", "![")):
+        end += 1
+    block = lines[start:end]
+    while block and not block[-1].strip():
+        block.pop()
+    return block
+
+
+def headline(report_text: str, report_link: str) -> list[str]:
+    """The README's headline from a written report: its first (largest-budget) Table 1 and its claims."""
+    lines = report_text.splitlines()
+    body = [f"From the [reproduction report]({report_link}); regenerate with `python -m canonical_network.report "
+            f"docs/reproduction/runs --out docs/reproduction --readme README.md`.", ""]
+    table = next((i for i, line in enumerate(lines) if line.startswith(HEADLINE_TABLE)), None)
+    if table is not None:
+        title = lines[table].removeprefix("### ")
+        body += [f"**{title}**", ""] + _section(lines, table + 1)[1:] + [""]
+    claims = lines.index("## The paper's claims")
+    body += ["**The paper's claims** (and the adapt table's): *holds* / *does not hold* only when the 95 % Welch "
+             "interval of the difference excludes the other answer.", ""] + _section(lines, claims + 1)[1:]
+    return body
+
+
+def update_readme(readme: Path, report_path: Path) -> None:
+    """Replace the block between the headline markers of ``readme`` with :func:`headline` of the report."""
+    text = readme.read_text()
+    start, end = text.find(HEADLINE_START), text.find(HEADLINE_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{readme}: no headline block to rewrite; it is the text between a line starting "
+                         f"{HEADLINE_START!r} and a line {HEADLINE_END!r}, in that order")
+    link = os.path.relpath(report_path, readme.resolve().parent if readme.is_absolute() else readme.parent)
+    block = [f"{HEADLINE_START} (generated from {link}: do not edit by hand) -->",
+             *headline(report_path.read_text(), link), HEADLINE_END]
+    readme.write_text(text[:start] + "\n".join(block) + text[end + len(HEADLINE_END):])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, help=f"folders searched recursively for {RESULTS_FILE}")
     parser.add_argument("--out", type=Path, required=True, help=f"where {REPORT_FILE} and {FIGURES}/ go")
+    parser.add_argument("--readme", type=Path, help="also rewrite this README's headline block from the report")
     args = parser.parse_args(argv)
     for folder in args.folders:
         if not folder.is_dir():
             parser.error(f"{folder} is not a folder")
+    if args.readme is not None and not args.readme.is_file():
+        parser.error(f"--readme {args.readme} is not a file")
     path = build_report(args.folders, args.out)
     print(f"wrote {path}")
+    if args.readme is not None:
+        update_readme(args.readme, path)
+        print(f"rewrote the headline of {args.readme}")
     return 0
 
 

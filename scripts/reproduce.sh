@@ -83,7 +83,7 @@ case "${1:-}" in
     done ;;
   report)
     "$PY" scripts/collect_runs.py "$OUT" docs/reproduction/runs
-    "$PY" -m canonical_network.report docs/reproduction/runs --out docs/reproduction ;;
+    "$PY" -m canonical_network.report docs/reproduction/runs --out docs/reproduction --readme README.md ;;
   *)
     sed -n '2,15p' "$0"; exit 2 ;;
 esac

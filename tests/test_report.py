@@ -244,3 +244,26 @@ def test_adapt_claims_read_each_metric_in_its_own_direction(tmp_path):
     text = report.build_report([runs], tmp_path / "out").read_text()
     assert {f.name for f in (tmp_path / "out" / "figures").iterdir()} == figures | {"mine.png"}
     assert (tmp_path / "out" / "figures" / "mine.png").exists()
+
+
+def test_readme_headline_is_rewritten_from_the_report_and_nothing_else(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for seed, (cn, cnn) in enumerate([(2.0, 5.0), (2.2, 5.4), (1.9, 5.1)]):
+        write_run(runs, f"cn_{seed}", "rotmnist/cn_p64", seed, {"test/error": cn})
+        write_run(runs, f"cnn_{seed}", "rotmnist/cnn", seed, {"test/error": cnn})
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\n\nintro\n\n<!-- headline:start old -->\nstale 9.99\n<!-- headline:end -->\n\ntail\n")
+    assert report.main([str(runs), "--out", str(tmp_path / "out"), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("# Title\n\nintro\n\n<!-- headline:start") and text.endswith("<!-- headline:end -->\n\ntail\n")
+    assert "stale 9.99" not in text and "(out/REPRODUCTION.md)" in text
+    assert "| CN(p64)-CNN | 2.03 ± " in text  # Table 1, mean of the three seeds
+    assert next(line for line in text.splitlines() if line.startswith("| CN(p64)-CNN beats the CNN")).endswith(
+        "**holds** |")
+    readme.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="no headline block"):
+        report.main([str(runs), "--out", str(tmp_path / "out"), "--readme", str(readme)])
+    assert readme.read_text() == "no markers\n"
+    with pytest.raises(SystemExit):
+        report.main([str(runs), "--out", str(tmp_path / "out"), "--readme", str(tmp_path / "missing.md")])
+    assert "is not a file" in capsys.readouterr().err
