@@ -84,3 +84,29 @@ def test_adapt_row_runs_on_fake_stl10_and_fills_its_table(tmp_path, monkeypatch,
     assert "Data: STL-10" in text
     row = next(line for line in text.splitlines() if line.startswith("| CN(C8)+prior-ResNet50"))
     assert "(n=1)" in row
+
+
+def test_per_class_errors_split_a_checkpoints_errors_consistently(tmp_path, one_thread):
+    """scripts/per_class_errors.py (the figures that say where an adapted model errs on upright digits)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "scripts" / "per_class_errors.py"
+    spec = importlib.util.spec_from_file_location("per_class_errors", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    cfg = shrink(compose_config(["experiment=adapt_mnist/cn_c8_prior_resnet18", "debug=fast", "data.batch_size=16"],
+                                tmp_path))
+    run(cfg)
+    ckpt = str(next((tmp_path / "checkpoints").glob("epoch_*.ckpt")))
+    r = script.per_class(ckpt, ["data.batch_size=250"])
+    assert r["n"] == 1000 and sum(c["n"] for c in r["per_class"].values()) == 1000  # the 1,000 upright test digits
+    # the overall figures are the per-class ones weighted by class size, and the identity split's
+    assert r["error"] == pytest.approx(sum(c["n"] * c["error"] for c in r["per_class"].values()) / 1000, abs=1e-3)
+    share = r["identity_rate"] / 100
+    if r["error_if_identity"] is not None and r["error_if_turned"] is not None:
+        mixed = share * r["error_if_identity"] + (1 - share) * r["error_if_turned"]
+        assert r["error"] == pytest.approx(mixed, abs=1e-3)
+    assert sum(c["count"] for c in r["confusions"]) <= round(r["error"] * 10)
+    with pytest.raises(SystemExit, match="data.<key>=<value> overrides only"):
+        script.per_class(ckpt, ["model.orbit_rotations=8"])
