@@ -72,8 +72,8 @@ case "${1:-}" in
   adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test
     run "" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/resnet18_aug adapt_mnist/cn_c8_resnet18 \
       adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs="${ADAPT_EPOCHS:-15}" ;;
-  adapt-mnist-long)  # does a longer budget close CN(C8)+prior's upright gap to the ResNet-18? (30 epochs, seeds 0-1)
-    run ep30 "0 1" adapt_mnist/resnet18 adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs=30 ;;
+  adapt-mnist-long)  # does a longer budget close CN(C8)+prior's upright gap to the ResNet-18? (30 epochs, ADAPT_SEEDS)
+    run ep30 "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs=30 ;;
   diagnose)  # diagnose the tested (best-validation) checkpoint of seed DIAG_SEED (default 1) of each Table 1-2 row
     for row in cn_p64 cn_p4 cn_p4_frozen cn_pca cnn cnn_aug; do
       ckpt=$(ls "$OUT/rotmnist/$row/seed${DIAG_SEED:-1}/checkpoints/"epoch_*.ckpt 2>/dev/null | head -1)
