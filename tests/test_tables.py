@@ -49,16 +49,18 @@ def test_failed_job_shows_its_reason(tmp_path):
 
 def test_grid_and_column_matching_by_config(tmp_path):
     target = "canonical_network.canonicalization.image.GCNNCanonicalizer"
-    for layers, order, err in [(1, 4, 2.6), (3, 64, 1.9), (3, 64, 2.1)]:
+    cnn, resnet = "canonical_network.prediction.cnn.CNN", "canonical_network.prediction.torchvision_backbones.TorchvisionBackbone"
+    # the last run has Table 6's canonicalizer in front of another backbone (adapt_mnist/cn_c8_resnet18): not a cell
+    for layers, order, err, backbone in [(1, 4, 2.6, cnn), (3, 64, 1.9, cnn), (3, 64, 2.1, cnn), (3, 8, 7.0, resnet)]:
         config = {"canonicalization": {"_target_": target, "num_layers": layers, "num_rotations": order,
-                                       "freeze": False}}
+                                       "freeze": False}, "prediction": {"_target_": backbone}}
         write_result(tmp_path, f"{layers}_{order}_{err}", "rotmnist/ablation", {"test/error": err}, config=config)
     runs = tables.load_runs(tmp_path)
     rows = dict(tables.build_table(tables.paper_tables()["rotmnist_table6"], runs))
     assert rows["1 layer"][0].values == [2.6] and rows["1 layer"][0].paper == (2.52, 0.12)
     assert rows["3 layers"][4].values == [1.9, 2.1]
     assert rows["3 layers"][4].mean == pytest.approx(2.0)
-    assert rows["2 layers"][1].values == []
+    assert rows["2 layers"][1].values == [] and rows["3 layers"][1].values == []
 
 
 def test_scaled_metrics_and_latex(tmp_path):
