@@ -588,7 +588,7 @@ def update_readme(readme: Path, report_path: Path) -> None:
     if start < 0 or end < start:
         raise SystemExit(f"{readme}: no headline block to rewrite; it is the text between a line starting "
                          f"{HEADLINE_START!r} and a line {HEADLINE_END!r}, in that order")
-    link = os.path.relpath(report_path, readme.resolve().parent if readme.is_absolute() else readme.parent)
+    link = os.path.relpath(report_path, readme.parent)  # relpath makes both absolute first
     block = [f"{HEADLINE_START} (generated from {link}: do not edit by hand) -->",
              *headline(report_path.read_text(), link), HEADLINE_END]
     readme.write_text(text[:start] + "\n".join(block) + text[end + len(HEADLINE_END):])
