@@ -160,6 +160,10 @@ def dataset_of(run: dict) -> tuple[str, bool]:
         return "data not recorded", True
     short = target.rsplit(".", 1)[-1]
     name, comparable = DATASETS.get(short, (short, False))
+    if short == "SyntheticShapesDataModule":  # its size is a setting: runs of other sizes are another table
+        sizes = [f"{value:,} {what}" for key, what in (("num_points", "points"), ("num_train", "training clouds"))
+                 if isinstance(value := run.get(f"config.data.{key}"), int)]
+        name = ", ".join([name, *sizes])
     # Upright training (adapt_mnist/*) or upright test digits: another protocol than the paper's rotated data
     upright = [what for key, what in (("train_rotation", "training"), ("test_rotation", "test"))
                if run.get(f"config.data.{key}") == "none"]
@@ -187,6 +191,7 @@ NEUTRAL_OVERRIDE_PREFIXES = (
     "data.num_workers=", "paths.", "sweep=", "matmul_precision=",
     "data.rotation=",  # selects the column of a point-cloud table (matched through config.data.rotation)
     "data=",  # the data set: tables and reports give each data set its own table (records.dataset_of)
+    "data.num_points=", "data.num_train=",  # synthetic_shapes' size: named by dataset_of, so its own table
 )
 
 

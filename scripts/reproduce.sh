@@ -7,6 +7,7 @@
 #   scripts/reproduce.sh nbody           # the 7 rows of Table 3, 1,000 epochs (FA-GNN: FA_EPOCHS), seeds 0-1
 #   scripts/reproduce.sh nbody-ablations
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
+#   scripts/reproduce.sh pointclouds-cpu # Table 4's PointNet rows, 256 points, 1,000 clouds, 10 epochs
 #   scripts/reproduce.sh adapt-mnist     # the embedded adapt table (ResNet-18, upright train), ADAPT_EPOCHS, ADAPT_SEEDS
 #   scripts/reproduce.sh adapt-mnist-long  # its backbone and prior rows at 30 epochs
 #   scripts/reproduce.sh diagnose        # diagnose the trained Rotated MNIST checkpoints (docs/reproduction/diagnostics)
@@ -68,6 +69,16 @@ case "${1:-}" in
     for rotation in z/z z/so3 so3/so3; do
       run "${rotation//\//_}" "0 1" modelnet/pointnet modelnet/dgcnn modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \
         modelnet/cn_frozen_pointnet -- data.rotation="$rotation" trainer.max_epochs=30
+    done ;;
+  pointclouds-cpu)  # the PointNet rows of Table 4 at a CPU budget (DGCNN: ~6 s a batch of 256-point clouds
+                    # on one core, so its rows wait for a GPU): PC_POINTS points, PC_TRAIN training clouds,
+                    # PC_EPOCHS epochs; seed 0 of every protocol before seed 1
+    for seed in 0 1; do
+      for rotation in z/z z/so3 so3/so3; do
+        run "cpu_${rotation//\//_}" "$seed" modelnet/pointnet modelnet/cn_l_pointnet modelnet/cn_nl_pointnet modelnet/cn_frozen_pointnet \
+          -- data.rotation="$rotation" data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" \
+          trainer.max_epochs="${PC_EPOCHS:-10}"
+      done
     done ;;
   adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test
     run "" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/resnet18_aug adapt_mnist/cn_c8_resnet18 \

@@ -191,6 +191,21 @@ def test_upright_training_and_test_together_name_both():
     assert dataset_of(run) == ("rotated_mnist_5k (5,000 MNIST digits, ours), upright training and test", False)
 
 
+def test_synthetic_shapes_sizes_name_their_own_data_and_are_no_variant():
+    from canonical_network.records import dataset_of, variant_of
+
+    shapes = "canonical_network.data.synthetic_shapes.SyntheticShapesDataModule"
+    small = {"config.data._target_": shapes, "config.data.num_points": 256, "config.data.num_train": 1000,
+             "overrides": ["experiment=modelnet/pointnet", "data.num_points=256", "data.num_train=1000"]}
+    full = {**small, "config.data.num_points": 1024, "config.data.num_train": 2000}
+    assert dataset_of(small) == ("synthetic_shapes (not the paper's data), 256 points, 1,000 training clouds", False)
+    assert dataset_of(full)[0] != dataset_of(small)[0]  # never pooled in one table
+    assert variant_of(small) == ()  # a row of that table, not an ablation of the 1,024-point row
+    # other data modules keep their names: their sizes are not settings of the data set
+    assert dataset_of({"config.data._target_": MNIST5K, "config.data.num_train": 3}) == (
+        "rotated_mnist_5k (5,000 MNIST digits, ours)", True)
+
+
 def test_every_claim_names_cells_of_its_table():
     tables = report.paper_tables()
     for claim in report.CLAIMS:
