@@ -354,8 +354,9 @@ def render_claims(tables: dict, cells_by_table: dict) -> list[str]:
 
 
 def _values(runs: list[dict], metric: str) -> list[float]:
-    return [float(r["metrics"][metric]) for r in runs
-            if r.get("status") == "completed" and metric in r["metrics"] and math.isfinite(float(r["metrics"][metric]))]
+    """A test metric (``metrics[metric]``) or a flat record key (``best_val.val/acc``) of the completed runs."""
+    values = [r["metrics"].get(metric, r.get(metric)) for r in runs if r.get("status") == "completed"]
+    return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(float(v))]
 
 
 def render_variants(runs: list[dict], row_runs: list[dict]) -> list[str]:
@@ -366,8 +367,9 @@ def render_variants(runs: list[dict], row_runs: list[dict]) -> list[str]:
     for run in runs:
         groups[(run.get("experiment"), dataset_of(run)[0], budget_of(run), variant_of(run))].append(run)
     lines = ["| Experiment | variant (overrides) | data, budget | metric | variant: mean ± 95 % CI (n) | "
-             "row default: mean ± 95 % CI (n) | variant − default (95 % CI) | epochs run |",
-             "|---|---|---|---|---|---|---|---|"]
+             "row default: mean ± 95 % CI (n) | variant − default (95 % CI) | best validation: variant − "
+             "default (95 % CI) | epochs run |",
+             "|---|---|---|---|---|---|---|---|---|"]
 
     def text(values: list[float]) -> str:
         if not values:
@@ -382,15 +384,23 @@ def render_variants(runs: list[dict], row_runs: list[dict]) -> list[str]:
         defaults = [r for r in row_runs if r.get("experiment") == experiment and dataset_of(r)[0] == data
                     and budget_of(r) == budget]
         base = _values(defaults, metric) if metric else []
-        if values and base:
-            diff, half, _ = welch_interval(values, base)
-            delta = f"{diff:+.3g}" + (f" ± {half:.2g}" if half is not None else " (n < 2)")
-        else:
-            delta = "–"
         shown = text(values) if values else "failed: " + str(members[0].get("error") or members[0].get("status"))[:60]
+        # What a default is chosen on: the monitored validation metric at the tested checkpoint.
+        val_name = next((k for r in ok for k in r if k.startswith("best_val.")), None)
+        val = "–"
+        if val_name:
+            val = f"{val_name.removeprefix('best_val.')} {_difference(_values(ok, val_name), _values(defaults, val_name))}"
         lines.append(f"| {experiment} | `{' '.join(variant)}` | {data}, {budget} | {metric or '–'} | {shown} | "
-                     f"{text(base)} | {delta} | {_epochs_text(ok)} |")
+                     f"{text(base)} | {_difference(values, base)} | {val} | {_epochs_text(ok)} |")
     return lines
+
+
+def _difference(values: list[float], base: list[float]) -> str:
+    """``a − b`` with its 95 % Welch interval, or why there is none."""
+    if not values or not base:
+        return "–"
+    diff, half, _ = welch_interval(values, base)
+    return f"{diff:+.3g}" + (f" ± {half:.2g}" if half is not None else " (n < 2)")
 
 
 def _headline_metric(metrics: dict) -> str:

@@ -16,14 +16,14 @@ SHAPES = "canonical_network.data.synthetic_shapes.SyntheticShapesDataModule"
 
 
 def write_run(root, name, experiment, seed, metrics, overrides=(), data=MNIST5K, max_epochs=100, epochs=49,
-              curve=None, extra_config=None):
+              curve=None, extra_config=None, best_val=None):
     folder = root / name
     (folder / "csv").mkdir(parents=True)
     config = {"data": {"_target_": data}, "trainer": {"max_epochs": max_epochs}, **(extra_config or {})}
     record = {"experiment": experiment, "status": "completed", "seed": seed, "metrics": metrics,
               "overrides": [f"experiment={experiment}", f"seed={seed}", *overrides], "epochs": epochs,
               "wall_time_s": 60.0, "config": config,
-              "environment": {"machine": "Test CPU, 2 cores, CPU"}}
+              "environment": {"machine": "Test CPU, 2 cores, CPU"}, "best_val": best_val or {}}
     write_results(folder, record)
     lines = ["epoch,step,val/error,val/acc"] + [f"{e},{10 * e},{v},{1 - v / 100}" for e, v in (curve or [])]
     (folder / "csv" / "metrics.csv").write_text("\n".join(lines) + "\n")
@@ -82,7 +82,13 @@ def test_report_tables_claims_variants_and_figures(tmp_path):
     write_run(runs, "p4_0", "rotmnist/cn_p4", 0, {"test/error": 4.0})  # n = 1: its claims stay unresolved
     # An ablation of the same row must not enter the CN(p64) cell.
     write_run(runs, "p64_wide", "rotmnist/cn_p64", 0, {"test/error": 30.0},
-              overrides=["canonicalization.hidden_channels=32"])
+              overrides=["canonicalization.hidden_channels=32"], best_val={"val/acc": 0.5})
+    # A variant with n = 2 on both sides: its validation difference gets an interval.
+    for seed, (p64, p4) in enumerate([(0.95, 0.90), (0.97, 0.94)]):
+        write_run(runs, f"p64_t{seed}", "rotmnist/cn_p64", seed, {"test/error": 3.0},
+                  overrides=["canonicalization.temperature=0.1"], best_val={"val/acc": p64}, max_epochs=50)
+        write_run(runs, f"p64_50_{seed}", "rotmnist/cn_p64", seed, {"test/error": 3.0}, best_val={"val/acc": p4},
+                  max_epochs=50)
     # A short smoke run is another budget: its own table, never pooled with the 100-epoch runs.
     write_run(runs, "cnn_smoke", "rotmnist/cnn", 0, {"test/error": 50.0}, max_epochs=1, epochs=0)
     out = tmp_path / "report"
@@ -106,6 +112,11 @@ def test_report_tables_claims_variants_and_figures(tmp_path):
     variant = next(line for line in text.splitlines() if "canonicalization.hidden_channels=32` |" in line)
     # beside the row's own runs of the same data and budget, with the difference (n = 1: no interval)
     assert "| 30 (1) | 3.1 ± 0.25 (3) | +26.9 (n < 2) |" in variant
+    # the validation metric a default is chosen on: the rows without best_val give no difference
+    assert "| val/acc – |" in variant
+    variant = next(line for line in text.splitlines() if "canonicalization.temperature=0.1` |" in line)
+    diff, half, _ = report.welch_interval([0.95, 0.97], [0.90, 0.94])
+    assert f"| val/acc {diff:+.3g} ± {half:.2g} |" in variant
     assert "Test CPU, 2 cores, CPU" in text
     assert "python -m canonical_network.train experiment=rotmnist/cn_p64 seed=0 " \
            "canonicalization.hidden_channels=32" in text
