@@ -68,6 +68,9 @@ class Claim:
     relation: str = "better"
     tolerance: float = 0.0
     source: str = ""
+    #: ``a`` and ``b`` of one seed are the same training run tested two ways (e.g. z/z and z/SO(3)): compare
+    #: the per-seed differences (paired t) instead of two independent samples.
+    paired: bool = False
 
 
 def _invariance_claims() -> list[Claim]:
@@ -76,9 +79,12 @@ def _invariance_claims() -> list[Claim]:
     for table, source, a_col, b_col in (("modelnet_table", "Table 4", 1, 0), ("shapenet_table", "Table 5b", 0, 1)):
         spec = paper_tables()[table]
         a_name, b_name = spec["columns"][a_col]["name"], spec["columns"][b_col]["name"]
+        # z/z and z/SO(3) train alike (the same seed gives the same model): Table 4's pair is paired by seed
+        rotations = {spec["columns"][c]["match"].get("config.data.rotation") for c in (a_col, b_col)}
+        paired = rotations == {"z/z", "z/so3"}
         for row in (r["name"] for r in spec["rows"] if r["name"].startswith("CN(")):
             claims.append(Claim(f"{row}: {a_name} = {b_name} within 1 point", table, (row, a_col), (row, b_col),
-                                relation="equal", tolerance=1.0, source=source))
+                                relation="equal", tolerance=1.0, source=source, paired=paired))
     return claims
 
 
@@ -154,6 +160,29 @@ def welch_interval(a: list[float], b: list[float]) -> tuple[float, float | None,
 
     p = float(2 * stats.t.sf(abs(diff) / se, df))
     return diff, t_quantile(df) * se, p
+
+
+def paired_interval(a: list[float], b: list[float]) -> tuple[float, float | None, float | None]:
+    """Like :func:`welch_interval` for pairs ``(a[i], b[i])``: the mean difference, the 95 % paired-t
+    half-width and p-value (None: fewer than 2 pairs)."""
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    diff = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return diff, None, None
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+    if se == 0.0:
+        return diff, 0.0, 0.0 if diff != 0 else 1.0
+    from scipy import stats
+
+    return diff, t_quantile(len(diffs) - 1) * se, float(2 * stats.t.sf(abs(diff) / se, len(diffs) - 1))
+
+
+def _pairs(a, b) -> tuple[list[float], list[float]]:
+    """The values of two cells' completed runs of the same seed (runs without a seed are left out)."""
+    by_seed = {run.get("seed"): value for run, value in zip(a.runs, a.values, strict=True)}
+    seeds = [run.get("seed") for run in b.runs if run.get("seed") is not None and run.get("seed") in by_seed]
+    b_by_seed = {run.get("seed"): value for run, value in zip(b.runs, b.values, strict=True)}
+    return [by_seed[s] for s in seeds], [b_by_seed[s] for s in seeds]
 
 
 def verdict(claim: Claim, diff: float, half: float | None, lower_is_better: bool) -> str:
@@ -332,7 +361,7 @@ def render_table(name: str, spec: dict, cells: dict, comparable: bool) -> list[s
 
 
 def render_claims(tables: dict, cells_by_table: dict) -> list[str]:
-    lines = ["| Claim (paper) | data, budget | a − b (95 % CI) | n (a, b) | p (Welch) | verdict |",
+    lines = ["| Claim (paper) | data, budget | a − b (95 % CI) | n (a, b) | p (Welch unless paired) | verdict |",
              "|---|---|---|---|---|---|"]
     any_row = False
     for claim in CLAIMS:
@@ -342,13 +371,22 @@ def render_claims(tables: dict, cells_by_table: dict) -> list[str]:
             a, b = cells.get(claim.a), cells.get(claim.b)
             if a is None or b is None or not a.values or not b.values:
                 continue
-            diff, half, p = welch_interval(a.values, b.values)
+            if claim.paired:
+                a_values, b_values = _pairs(a, b)
+                if not a_values:
+                    continue
+                diff, half, p = paired_interval(a_values, b_values)
+                counts, test = f"{len(a_values)} pairs", "paired t"
+            else:
+                diff, half, p = welch_interval(a.values, b.values)
+                counts, test = f"{len(a.values)}, {len(b.values)}", ""
             v = verdict(claim, diff, half, spec.get("lower_is_better", True))
             interval = f"{diff:+.{digits}f}" + (f" ± {half:.{digits}f}" if half is not None else "")
             if claim.relation == "equal":
                 interval += f" (tolerance ±{claim.tolerance:g})"
+            shown_p = "–" if p is None else f"{p:.2g}" + (f" ({test})" if test else "")
             lines.append(f"| {claim.text} ({claim.source}) | {group[0]}, {group[1]} | {interval} | "
-                         f"{len(a.values)}, {len(b.values)} | {'–' if p is None else f'{p:.2g}'} | **{v}** |")
+                         f"{counts} | {shown_p} | **{v}** |")
             any_row = True
     return lines if any_row else ["No claim has runs on both of its sides yet."]
 

@@ -7,7 +7,7 @@
 #   scripts/reproduce.sh nbody           # the 7 rows of Table 3, 1,000 epochs (FA-GNN: FA_EPOCHS), seeds 0-1
 #   scripts/reproduce.sh nbody-ablations
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
-#   scripts/reproduce.sh pointclouds-cpu # Table 4's PointNet rows, 256 points, 1,000 clouds, 10 epochs
+#   scripts/reproduce.sh pointclouds-cpu # Table 4's PointNet rows, 256 points, 1,000 clouds, 5 epochs
 #   scripts/reproduce.sh adapt-mnist     # the embedded adapt table (ResNet-18, upright train), ADAPT_EPOCHS, ADAPT_SEEDS
 #   scripts/reproduce.sh adapt-mnist-long  # its backbone and prior rows at 30 epochs
 #   scripts/reproduce.sh diagnose        # diagnose the trained Rotated MNIST checkpoints (docs/reproduction/diagnostics)
@@ -77,7 +77,7 @@ case "${1:-}" in
       for rotation in z/z z/so3 so3/so3; do
         run "cpu_${rotation//\//_}" "$seed" modelnet/pointnet modelnet/cn_l_pointnet modelnet/cn_nl_pointnet modelnet/cn_frozen_pointnet \
           -- data.rotation="$rotation" data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" \
-          trainer.max_epochs="${PC_EPOCHS:-10}"
+          trainer.max_epochs="${PC_EPOCHS:-5}"
       done
     done ;;
   adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test

@@ -293,3 +293,37 @@ def test_readme_headline_is_rewritten_from_the_report_and_nothing_else(tmp_path,
     with pytest.raises(SystemExit):
         report.main([str(runs), "--out", str(tmp_path / "out"), "--readme", str(tmp_path / "missing.md")])
     assert "is not a file" in capsys.readouterr().err
+
+
+def test_paired_interval_matches_scipy_and_is_exact_for_identical_pairs():
+    from scipy import stats
+
+    a, b = [1.0, 1.3, 0.9, 1.2], [0.8, 1.0, 0.85, 0.9]
+    diff, half, p = report.paired_interval(a, b)
+    expected = stats.ttest_rel(a, b)
+    rel = 2**22 * sys.float_info.epsilon  # as in test_welch_interval_matches_scipy
+    ci = expected.confidence_interval(0.95)
+    assert p == pytest.approx(expected.pvalue, rel=rel)
+    assert diff - half == pytest.approx(ci.low, rel=rel) and diff + half == pytest.approx(ci.high, rel=rel)
+    assert report.paired_interval([0.7, 0.9], [0.7, 0.9]) == (0.0, 0.0, 1.0)
+    assert report.paired_interval([0.7], [0.6])[1] is None
+
+
+def test_z_so3_equals_z_z_is_paired_by_seed(tmp_path):
+    """Seed s of z/z and of z/SO(3) is one training run tested two ways: the per-seed differences decide."""
+    runs = tmp_path / "runs"
+    for seed, acc in enumerate([0.60, 0.90]):  # seeds far apart: Welch cannot resolve, the pairs can
+        for rotation, shift in (("z/z", 0.0), ("z/so3", 0.001 * seed)):
+            write_run(runs, f"cn{seed}_{rotation.replace('/', '_')}", "modelnet/cn_nl_pointnet", seed,
+                      {"test/acc": acc + shift}, data=SHAPES,
+                      extra_config={"data": {"_target_": SHAPES, "rotation": rotation}})
+        # PointNet is not invariant: z/SO(3) far below z/z, but no claim pairs it
+        write_run(runs, f"pn{seed}", "modelnet/pointnet", seed, {"test/acc": 0.3}, data=SHAPES,
+                  extra_config={"data": {"_target_": SHAPES, "rotation": "z/so3"}})
+    text = report.build_report([runs], tmp_path / "out").read_text()
+    claim = next(line for line in text.splitlines() if line.startswith("| CN(NL)-PointNet: z/SO(3) = z/z"))
+    assert "2 pairs" in claim and "(paired t)" in claim and "**holds**" in claim
+    _, welch_half, _ = report.welch_interval([60.0, 90.1], [60.0, 90.0])
+    assert welch_half > 1.0  # the unpaired test would have left it unresolved
+    claim = next(line for line in text.splitlines() if line.startswith("| CN(NL)-PointNet beats PointNet"))
+    assert "(paired t)" not in claim and "2, 2" in claim
