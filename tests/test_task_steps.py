@@ -94,3 +94,15 @@ def test_metrics_are_keyed_by_split_and_a_wrong_split_is_named():
     with pytest.raises(ValueError, match=r"one of \['train', 'val', 'test'\]; got \['valid'\]"):
         CanonicalizedTask(task.network.canonicalizer, task.network.predictor, task.optimizer_factory,
                           metrics={"valid": {}})
+
+
+def test_a_diverged_training_step_fails_with_what_to_do():
+    """A non-finite loss ends the run (instead of training on NaN and reporting chance as a result)."""
+    task = _task("modelnet/pointnet", ["data=synthetic_shapes"])
+    task.train()
+    points, labels = _points(torch.Generator().manual_seed(1))
+    task.log = lambda *args, **kwargs: None
+    assert torch.isfinite(task.training_step((points, labels), 0))
+    points[0, 0, 0] = float("nan")  # what an overflow upstream leaves in the activations
+    with pytest.raises(FloatingPointError, match=r"training loss is nan .*model\.optimizer\.lr.*gradient_clip_val"):
+        task.training_step((points, labels), 0)

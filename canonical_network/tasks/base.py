@@ -148,7 +148,13 @@ class CanonicalizedTask(LightningModule):
                 metric.reset()
 
     def training_step(self, batch, batch_idx):
-        return self.model_step(batch, "train")
+        loss = self.model_step(batch, "train")
+        if not torch.isfinite(loss):  # a diverged run must fail, not train on NaN and report chance as a result
+            raise FloatingPointError(
+                f"training loss is {loss.item()} at epoch {self.current_epoch}, step {self.global_step}: the run "
+                f"diverged. Lower the learning rate (model.optimizer.lr) or clip gradients "
+                f"(trainer.gradient_clip_val=1.0).")
+        return loss
 
     def validation_step(self, batch, batch_idx):
         return self.model_step(batch, "val")
