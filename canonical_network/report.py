@@ -179,10 +179,9 @@ def paired_interval(a: list[float], b: list[float]) -> tuple[float, float | None
 
 def _pairs(a, b) -> tuple[list[float], list[float]]:
     """The values of two cells' completed runs of the same seed (runs without a seed are left out)."""
-    by_seed = {run.get("seed"): value for run, value in zip(a.runs, a.values, strict=True)}
-    seeds = [run.get("seed") for run in b.runs if run.get("seed") is not None and run.get("seed") in by_seed]
-    b_by_seed = {run.get("seed"): value for run, value in zip(b.runs, b.values, strict=True)}
-    return [by_seed[s] for s in seeds], [b_by_seed[s] for s in seeds]
+    a_by_seed, b_by_seed = ({run.get("seed"): v for run, v in zip(c.runs, c.values, strict=True)} for c in (a, b))
+    seeds = [s for s in b_by_seed if s is not None and s in a_by_seed]
+    return [a_by_seed[s] for s in seeds], [b_by_seed[s] for s in seeds]
 
 
 def verdict(claim: Claim, diff: float, half: float | None, lower_is_better: bool) -> str:
