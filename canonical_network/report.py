@@ -14,6 +14,8 @@ Every ``results.json`` below the folders is one run (``canonical_network.train``
   excludes the other answer; n < 2 on either side never resolves);
 * runs that change a row's own config (ablations: any override beyond seed, budget, logging and run
   folder) grouped by those overrides, apart from the paper tables;
+* for each claim that does not hold at the rows' own configs, what the ablations show: the claim under
+  every ablation run on both of its sides, and each ablation of its rows with the difference it makes;
 * a bar chart per table (ours with CI, the paper with its std) and validation curves per row;
 * every run: command, data set, epochs, wall time and the machine it ran on.
 
@@ -359,14 +361,33 @@ def render_table(name: str, spec: dict, cells: dict, comparable: bool) -> list[s
     return lines
 
 
-def render_claims(tables: dict, cells_by_table: dict) -> list[str]:
-    lines = ["| Claim (paper) | data, budget | a − b (95 % CI) | n (a, b) | p (Welch unless paired) | verdict |",
-             "|---|---|---|---|---|---|"]
-    any_row = False
+@dataclass(frozen=True)
+class ClaimCheck:
+    """One claim checked on one data set and budget (``variant``: under an ablation run on both sides)."""
+
+    claim: Claim
+    data: str
+    budget: str
+    variant: tuple[str, ...]
+    interval: str
+    counts: str
+    p: str
+    verdict: str
+    #: the experiments behind the claim's two cells (what an ablation must change to bear on it)
+    experiments: tuple[str, ...]
+
+    @property
+    def setting(self) -> str:
+        return f"{self.data}, {self.budget}" + (f", with `{' '.join(self.variant)}`" if self.variant else "")
+
+
+def check_claims(tables: dict, cells_by_table: dict) -> list[ClaimCheck]:
+    """Every claim on every (data, budget, variant) group that has runs on both of its sides."""
+    checks = []
     for claim in CLAIMS:
         spec = tables[claim.table]
         digits = spec.get("digits", 2)
-        for group, cells in cells_by_table.get(claim.table, {}).items():
+        for (data, budget, variant), cells in cells_by_table.get(claim.table, {}).items():
             a, b = cells.get(claim.a), cells.get(claim.b)
             if a is None or b is None or not a.values or not b.values:
                 continue
@@ -379,15 +400,61 @@ def render_claims(tables: dict, cells_by_table: dict) -> list[str]:
             else:
                 diff, half, p = welch_interval(a.values, b.values)
                 counts, test = f"{len(a.values)}, {len(b.values)}", ""
-            v = verdict(claim, diff, half, spec.get("lower_is_better", True))
             interval = f"{diff:+.{digits}f}" + (f" ± {half:.{digits}f}" if half is not None else "")
             if claim.relation == "equal":
                 interval += f" (tolerance ±{claim.tolerance:g})"
             shown_p = "–" if p is None else f"{p:.2g}" + (f" ({test})" if test else "")
-            lines.append(f"| {claim.text} ({claim.source}) | {group[0]}, {group[1]} | {interval} | "
-                         f"{counts} | {shown_p} | **{v}** |")
-            any_row = True
-    return lines if any_row else ["No claim has runs on both of its sides yet."]
+            experiments = tuple(dict.fromkeys(str(r.get("experiment")) for c in (a, b) for r in c.runs))
+            checks.append(ClaimCheck(claim, data, budget, variant, interval, counts, shown_p,
+                                     verdict(claim, diff, half, spec.get("lower_is_better", True)), experiments))
+    return checks
+
+
+def render_claims(checks: list[ClaimCheck]) -> list[str]:
+    if not checks:
+        return ["No claim has runs on both of its sides yet."]
+    lines = ["| Claim (paper) | data, budget | a − b (95 % CI) | n (a, b) | p (Welch unless paired) | verdict |",
+             "|---|---|---|---|---|---|"]
+    for c in checks:
+        lines.append(f"| {c.claim.text} ({c.claim.source}) | {c.setting} | {c.interval} | {c.counts} | {c.p} | "
+                     f"**{c.verdict}** |")
+    return lines
+
+
+def render_open_claims(checks: list[ClaimCheck], effects: list[dict]) -> list[str]:
+    """For each claim that does not hold at the rows' own configs: the same claim under the ablations run on
+    both of its sides, and every ablation of its rows on the same data and budget, with what it moves."""
+    lines = []
+    for c in checks:
+        if c.variant or c.verdict == "holds":
+            continue
+        lines += [f"**{c.claim.text}** ({c.claim.source}; {c.data}, {c.budget}): {c.verdict}, a − b = "
+                  f"{c.interval} (n {c.counts}).", ""]
+        found = False
+        for other in checks:
+            if other.variant and (other.claim, other.data, other.budget) == (c.claim, c.data, c.budget):
+                lines.append(f"- The claim with `{' '.join(other.variant)}` on both sides: **{other.verdict}**, "
+                             f"a − b = {other.interval} (n {other.counts}).")
+                found = True
+        for e in effects:
+            if e["experiment"] in c.experiments and (e["data"], e["budget"]) == (c.data, c.budget):
+                moved = _moved(e["values"], e["base"])
+                lines.append(f"- `{' '.join(e['variant'])}` on {e['experiment']}: {e['metric']} "
+                             f"{_difference(e['values'], e['base'])} against the row's default ({moved}); "
+                             f"best validation {e['val']}.")
+                found = True
+        if not found:
+            lines.append("- No ablation of these rows has run on this data and budget yet.")
+        lines.append("")
+    return lines or ["Every claim with runs on both sides holds.", ""]
+
+
+def _moved(values: list[float], base: list[float]) -> str:
+    """Whether the 95 % Welch interval of ``values − base`` excludes 0."""
+    if len(values) < 2 or len(base) < 2:
+        return "n < 2: not resolved"
+    diff, half, _ = welch_interval(values, base)
+    return "moves it" if abs(diff) > half else "not resolved"
 
 
 def _values(runs: list[dict], metric: str) -> list[float]:
@@ -396,13 +463,34 @@ def _values(runs: list[dict], metric: str) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(float(v))]
 
 
-def render_variants(runs: list[dict], row_runs: list[dict]) -> list[str]:
-    """Ablation runs, grouped by experiment, data, budget and the overrides that make them a variant, each
-    beside the row's own runs of the same data and budget: the difference and its 95 % Welch interval say
-    whether the change moves the result."""
+def variant_effects(runs: list[dict], row_runs: list[dict]) -> list[dict]:
+    """Ablation runs grouped by experiment, data, budget and the overrides that make them a variant, each
+    with the row's own runs of the same data and budget: the values of its headline metric on both sides and
+    the best-validation difference (what a default is chosen on)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for run in runs:
         groups[(run.get("experiment"), dataset_of(run)[0], budget_of(run), variant_of(run))].append(run)
+    effects = []
+    for (experiment, data, budget, variant), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        ok = [r for r in members if r.get("status") == "completed" and r["metrics"]]
+        metric = _headline_metric(ok[0]["metrics"]) if ok else None
+        defaults = [r for r in row_runs if r.get("experiment") == experiment and dataset_of(r)[0] == data
+                    and budget_of(r) == budget]
+        # What a default is chosen on: the monitored validation metric at the tested checkpoint.
+        val_name = next((k for r in ok for k in r if k.startswith("best_val.")), None)
+        val = "–"
+        if val_name:
+            val = f"{val_name.removeprefix('best_val.')} {_difference(_values(ok, val_name), _values(defaults, val_name))}"
+        effects.append({"experiment": experiment, "data": data, "budget": budget, "variant": variant,
+                        "metric": metric or "–", "values": _values(members, metric) if metric else [],
+                        "base": _values(defaults, metric) if metric else [], "val": val,
+                        "epochs": _epochs_text(ok),
+                        "failure": str(members[0].get("error") or members[0].get("status"))[:60]})
+    return effects
+
+
+def render_variants(effects: list[dict]) -> list[str]:
+    """The table of :func:`variant_effects`: whether each change moves the result (95 % Welch interval)."""
     lines = ["| Experiment | variant (overrides) | data, budget | metric | variant: mean ± 95 % CI (n) | "
              "row default: mean ± 95 % CI (n) | variant − default (95 % CI) | best validation: variant − "
              "default (95 % CI) | epochs run |",
@@ -414,21 +502,11 @@ def render_variants(runs: list[dict], row_runs: list[dict]) -> list[str]:
         m, h = mean_ci(values)
         return f"{m:.4g}" + (f" ± {h:.2g}" if h is not None else "") + f" ({len(values)})"
 
-    for (experiment, data, budget, variant), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        ok = [r for r in members if r.get("status") == "completed" and r["metrics"]]
-        metric = _headline_metric(ok[0]["metrics"]) if ok else None
-        values = _values(members, metric) if metric else []
-        defaults = [r for r in row_runs if r.get("experiment") == experiment and dataset_of(r)[0] == data
-                    and budget_of(r) == budget]
-        base = _values(defaults, metric) if metric else []
-        shown = text(values) if values else "failed: " + str(members[0].get("error") or members[0].get("status"))[:60]
-        # What a default is chosen on: the monitored validation metric at the tested checkpoint.
-        val_name = next((k for r in ok for k in r if k.startswith("best_val.")), None)
-        val = "–"
-        if val_name:
-            val = f"{val_name.removeprefix('best_val.')} {_difference(_values(ok, val_name), _values(defaults, val_name))}"
-        lines.append(f"| {experiment} | `{' '.join(variant)}` | {data}, {budget} | {metric or '–'} | {shown} | "
-                     f"{text(base)} | {_difference(values, base)} | {val} | {_epochs_text(ok)} |")
+    for e in effects:
+        shown = text(e["values"]) if e["values"] else "failed: " + e["failure"]
+        lines.append(f"| {e['experiment']} | `{' '.join(e['variant'])}` | {e['data']}, {e['budget']} | "
+                     f"{e['metric']} | {shown} | {text(e['base'])} | {_difference(e['values'], e['base'])} | "
+                     f"{e['val']} | {e['epochs']} |")
     return lines
 
 
@@ -550,7 +628,7 @@ def build_report(folders: list[Path], out: Path) -> Path:
             if not any(c.values for c in cells.values()):
                 continue
             comparable = dataset_of(members[0])[1]
-            cells_by_table.setdefault(name, {})[group] = cells
+            cells_by_table.setdefault(name, {})[(*group, ())] = cells
             slug = _slug(f"{name}_{group[0].split()[0]}_{group[1]}")
             arrow = "lower is better" if spec.get("lower_is_better") else "higher is better"
             unit = f"{spec['metric']}" + (f" × {spec['scale']:g}" if spec.get("scale", 1.0) != 1.0 else "")
@@ -578,14 +656,20 @@ def build_report(folders: list[Path], out: Path) -> Path:
             for name, spec in tables.items():
                 cells = table_cells(spec, group_runs)
                 if any(c.values for c in cells.values()):
-                    key = (group[0], f"{group[1]}, with `{' '.join(variant)}`")
-                    cells_by_table.setdefault(name, {})[key] = cells
-    lines += ["## The paper's claims", ""] + render_claims(tables, cells_by_table) + [""]
+                    cells_by_table.setdefault(name, {})[(*group, variant)] = cells
+    checks = check_claims(tables, cells_by_table)
+    effects = variant_effects(variants, row_runs)
+    lines += ["## The paper's claims", ""] + render_claims(checks) + [""]
+    lines += ["## Claims that do not hold here: what the ablations show", "",
+              "Each claim that is not *holds* at the rows' own configs, with the same claim under every ablation "
+              "run on both of its sides, and every ablation of its rows on the same data and budget (variant − "
+              "row default, 95 % Welch interval; *moves it* when the interval excludes 0).", ""]
+    lines += render_open_claims(checks, effects)
     lines += ["## Tables", ""] + (table_sections or ["No run belongs to a paper table.", ""])
     if variants:
         lines += ["## Ablations and variants", "",
                   "Runs whose overrides change a row's config, grouped by those overrides.", ""]
-        lines += render_variants(variants, row_runs) + [""]
+        lines += render_variants(effects) + [""]
     lines += render_diagnostics(out)
     lines += ["## Commands", "", "Each distinct command (run folder left out: rerunning with "
               "`hydra.run.dir=<run folder>` resumes it):", "", "```"]

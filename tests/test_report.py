@@ -327,3 +327,34 @@ def test_z_so3_equals_z_z_is_paired_by_seed(tmp_path):
     assert welch_half > 1.0  # the unpaired test would have left it unresolved
     claim = next(line for line in text.splitlines() if line.startswith("| CN(NL)-PointNet beats PointNet"))
     assert "(paired t)" not in claim and "2, 2" in claim
+
+
+def test_claims_that_do_not_hold_list_what_the_ablations_of_their_rows_show(tmp_path):
+    runs = tmp_path / "runs"
+    # CN(p64) vs augmentation: not resolved at the defaults; CNN vs CN(p64): holds (so not listed).
+    for seed, (cnn, p64, aug, free) in enumerate([(6.0, 3.0, 3.1, 2.0), (6.4, 3.4, 3.2, 2.1), (6.2, 3.2, 3.3, 2.2)]):
+        write_run(runs, f"cnn{seed}", "rotmnist/cnn", seed, {"test/error": cnn})
+        write_run(runs, f"p64_{seed}", "rotmnist/cn_p64", seed, {"test/error": p64})
+        write_run(runs, f"aug_{seed}", "rotmnist/cnn_aug", seed, {"test/error": aug})
+        write_run(runs, f"free_{seed}", "rotmnist/cn_p64", seed, {"test/error": free},
+                  overrides=["canonicalization.filters=free"])
+    # An ablation at another budget bears on no claim of the 100-epoch table.
+    write_run(runs, "short", "rotmnist/cn_p64", 0, {"test/error": 9.0}, overrides=["canonicalization.temperature=0.1"],
+              max_epochs=10)
+    text = report.build_report([runs], tmp_path / "out").read_text()
+    section = text.split("## Claims that do not hold here")[1].split("## Tables")[0]
+    assert "**Canonicalization beats augmentation: CN(p64) < CNN (rotation aug.)**" in section
+    assert "CN(p64)-CNN beats the CNN" not in section  # it holds
+    entry = section.split("**Canonicalization beats augmentation")[1].split("\n\n**")[0]
+    diff, half, _ = report.welch_interval([2.0, 2.1, 2.2], [3.0, 3.4, 3.2])
+    assert f"`canonicalization.filters=free` on rotmnist/cn_p64: test/error {diff:+.3g} ± {half:.2g}" in entry
+    assert "(moves it)" in entry
+    assert "temperature" not in entry
+    # A claim whose rows have no ablation says so.
+    assert "Learned beats PCA" not in section  # no CN(PCA) run: the claim is not checked at all
+    runs2 = tmp_path / "runs2"
+    for seed in range(2):
+        write_run(runs2, f"p64_{seed}", "rotmnist/cn_p64", seed, {"test/error": 3.0 + seed})
+        write_run(runs2, f"pca_{seed}", "rotmnist/cn_pca", seed, {"test/error": 3.5 - seed})
+    text = report.build_report([runs2], tmp_path / "out2").read_text()
+    assert "No ablation of these rows has run on this data and budget yet." in text
