@@ -422,8 +422,9 @@ def render_claims(checks: list[ClaimCheck]) -> list[str]:
 
 
 def render_open_claims(checks: list[ClaimCheck], effects: list[dict]) -> list[str]:
-    """For each claim that does not hold at the rows' own configs: the same claim under the ablations run on
-    both of its sides, and every ablation of its rows on the same data and budget, with what it moves."""
+    """For each claim that does not hold at the rows' own configs: the same claim at the other budgets and
+    under the ablations run on both of its sides, and every ablation of its rows on the same data and budget,
+    with what it moves."""
     lines = []
     for c in checks:
         if c.variant or c.verdict == "holds":
@@ -432,9 +433,15 @@ def render_open_claims(checks: list[ClaimCheck], effects: list[dict]) -> list[st
                   f"{c.interval} (n {c.counts}).", ""]
         found = False
         for other in checks:
-            if other.variant and (other.claim, other.data, other.budget) == (c.claim, c.data, c.budget):
+            if other.claim != c.claim or other.data != c.data or other is c:
+                continue
+            if other.variant and other.budget == c.budget:
                 lines.append(f"- The claim with `{' '.join(other.variant)}` on both sides: **{other.verdict}**, "
                              f"a − b = {other.interval} (n {other.counts}).")
+                found = True
+            elif not other.variant and other.budget != c.budget:  # the budget as the ablation
+                lines.append(f"- The claim at {other.budget}: **{other.verdict}**, a − b = {other.interval} "
+                             f"(n {other.counts}).")
                 found = True
         for e in effects:
             if e["experiment"] in c.experiments and (e["data"], e["budget"]) == (c.data, c.budget):
@@ -661,8 +668,8 @@ def build_report(folders: list[Path], out: Path) -> Path:
     effects = variant_effects(variants, row_runs)
     lines += ["## The paper's claims", ""] + render_claims(checks) + [""]
     lines += ["## Claims that do not hold here: what the ablations show", "",
-              "Each claim that is not *holds* at the rows' own configs, with the same claim under every ablation "
-              "run on both of its sides, and every ablation of its rows on the same data and budget (variant − "
+              "Each claim that is not *holds* at the rows' own configs, with the same claim at the other budgets "
+              "and under every ablation run on both of its sides, and every ablation of its rows on the same data and budget (variant − "
               "row default, 95 % Welch interval; *moves it* when the interval excludes 0).", ""]
     lines += render_open_claims(checks, effects)
     lines += ["## Tables", ""] + (table_sections or ["No run belongs to a paper table.", ""])

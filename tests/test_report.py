@@ -338,9 +338,13 @@ def test_claims_that_do_not_hold_list_what_the_ablations_of_their_rows_show(tmp_
         write_run(runs, f"aug_{seed}", "rotmnist/cnn_aug", seed, {"test/error": aug})
         write_run(runs, f"free_{seed}", "rotmnist/cn_p64", seed, {"test/error": free},
                   overrides=["canonicalization.filters=free"])
-    # An ablation at another budget bears on no claim of the 100-epoch table.
+    # An ablation at another budget bears on no claim of the 100-epoch table; the rows at that budget are the
+    # claim's budget ablation.
     write_run(runs, "short", "rotmnist/cn_p64", 0, {"test/error": 9.0}, overrides=["canonicalization.temperature=0.1"],
               max_epochs=10)
+    for seed, (p64, aug) in enumerate([(4.0, 5.0), (4.1, 5.1)]):
+        write_run(runs, f"p64_20_{seed}", "rotmnist/cn_p64", seed, {"test/error": p64}, max_epochs=20)
+        write_run(runs, f"aug_20_{seed}", "rotmnist/cnn_aug", seed, {"test/error": aug}, max_epochs=20)
     text = report.build_report([runs], tmp_path / "out").read_text()
     section = text.split("## Claims that do not hold here")[1].split("## Tables")[0]
     assert "**Canonicalization beats augmentation: CN(p64) < CNN (rotation aug.)**" in section
@@ -349,6 +353,8 @@ def test_claims_that_do_not_hold_list_what_the_ablations_of_their_rows_show(tmp_
     diff, half, _ = report.welch_interval([2.0, 2.1, 2.2], [3.0, 3.4, 3.2])
     assert f"`canonicalization.filters=free` on rotmnist/cn_p64: test/error {diff:+.3g} ± {half:.2g}" in entry
     assert "(moves it)" in entry
+    diff, half, _ = report.welch_interval([4.0, 4.1], [5.0, 5.1])
+    assert f"- The claim at ≤ 20 epochs: **holds**, a − b = {diff:+.2f} ± {half:.2f} (n 2, 2)." in entry
     assert "temperature" not in entry
     # A claim whose rows have no ablation says so.
     assert "Learned beats PCA" not in section  # no CN(PCA) run: the claim is not checked at all
