@@ -668,9 +668,10 @@ def build_report(folders: list[Path], out: Path) -> Path:
     effects = variant_effects(variants, row_runs)
     lines += ["## The paper's claims", ""] + render_claims(checks) + [""]
     lines += ["## Claims that do not hold here: what the ablations show", "",
-              "Each claim that is not *holds* at the rows' own configs, with the same claim at the other budgets "
-              "and under every ablation run on both of its sides, and every ablation of its rows on the same data and budget (variant − "
-              "row default, 95 % Welch interval; *moves it* when the interval excludes 0).", ""]
+              "Each claim that is not *holds* at the rows' own configs, with the same claim at the other "
+              "budgets and under every ablation run on both of its sides, and every ablation of its rows on the "
+              "same data and budget (variant − row default, 95 % Welch interval; *moves it* when the interval "
+              "excludes 0).", ""]
     lines += render_open_claims(checks, effects)
     lines += ["## Tables", ""] + (table_sections or ["No run belongs to a paper table.", ""])
     if variants:
