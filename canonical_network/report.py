@@ -14,8 +14,9 @@ Every ``results.json`` below the folders is one run (``canonical_network.train``
   excludes the other answer; n < 2 on either side never resolves);
 * runs that change a row's own config (ablations: any override beyond seed, budget, logging and run
   folder) grouped by those overrides, apart from the paper tables;
-* for each claim that does not hold at the rows' own configs, what the ablations show: the claim under
-  every ablation run on both of its sides, and each ablation of its rows with the difference it makes;
+* for each claim that does not hold at the rows' own configs, what the ablations show: the claim at the
+  rows' other budgets and under every ablation run on both of its sides, and each ablation of its rows
+  with the difference it makes;
 * a bar chart per table (ours with CI, the paper with its std) and validation curves per row;
 * every run: command, data set, epochs, wall time and the machine it ran on.
 
