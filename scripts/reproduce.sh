@@ -64,7 +64,9 @@ case "${1:-}" in
   nbody-ablations)
     run dropout0 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.dropout=0.0
     run dropout0.2 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.dropout=0.2
-    run lr5e-4 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 model.optimizer.lr=0.0005 ;;
+    run lr5e-4 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 model.optimizer.lr=0.0005
+    # the authors' code's non-equivariant canonicalizer details (canonicalization/nbody.py): do they carry 0.0043?
+    run authors_code "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.authors_code=true ;;
   pointclouds)
     for rotation in z/z z/so3 so3/so3; do
       run "${rotation//\//_}" "0 1" modelnet/pointnet modelnet/dgcnn modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \

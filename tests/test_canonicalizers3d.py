@@ -139,6 +139,45 @@ def test_nbody_dropout_keeps_equivariance_in_training():
     assert_close(h_moved.rotation, g.rotation @ h.rotation, factor)
 
 
+def test_nbody_authors_code_ablation_fails_the_rotation_check_and_keeps_translations():
+    # the same inputs and check as the equivariance test above: the authors' biases on VN features and
+    # Gram-Schmidt over coordinate rows must make h(Q x) differ from Q h(x) by O(0.1..1), not by rounding
+    canon = _nbody(authors_code=True).double().eval()
+    default = _nbody().double().eval()
+    x = nbody_inputs(dtype=F64)
+    g = random_euclidean(6, seeded_gen(2), group="O3", dtype=F64)
+    with torch.no_grad():
+        factor = frame_factor(frame_condition(canon.frame_vectors(*x)[0][:, :3]))
+        (canonical, h), (canonical_moved, h_moved) = canon.canonicalize(*x), canon.canonicalize(*act(g, *x))
+        _, h_default = default.canonicalize(*x)
+    assert _orthogonality_error(h.rotation) < orthonormality_tol(F64)  # still a valid frame
+    expected = g.rotation @ h.rotation
+    assert max_err(h_moved.rotation, expected) > max(
+        FAIL, 1e6 * rel_tol(h_moved.rotation, expected, factor=factor)
+    )
+    assert max_err(canonical_moved[0], canonical[0]) > FAIL
+    # the flag changes the function, not only its name
+    assert not torch.allclose(h.rotation, h_default.rotation)
+    # translations: the inputs are centred, so a pure translation still moves t and leaves the canonical inputs
+    shift = EuclideanTransform(
+        torch.eye(3, dtype=F64).expand(6, 3, 3), random_translations(6, seeded_gen(3), dtype=F64)
+    )
+    with torch.no_grad():
+        shifted, h_shifted = canon.canonicalize(*act(shift, *x))
+    assert_close(h_shifted.rotation, h.rotation, factor)
+    for a, b in zip(canonical, shifted, strict=True):
+        assert_close(a, b, factor)
+
+
+def test_nbody_authors_code_drops_single_coordinates_in_training():
+    layer = _nbody(authors_code=True, dropout=0.5).layers[1].train()
+    x = torch.randn(4, 32, 3, 5, generator=seeded_gen(4))
+    torch.manual_seed(0)
+    dropped = layer.dropout(x) == 0  # (B, C, 3, N): element-wise, so some vectors lose only some coordinates
+    partly = dropped.any(dim=2) & ~dropped.all(dim=2)
+    assert partly.any()
+
+
 def test_nbody_frozen_canonicalizer_does_not_train():
     model = CanonicalizedModel(_nbody(freeze=True), NBodyMLP()).train()
     before = {k: v.clone() for k, v in model.canonicalizer.state_dict().items()}
@@ -178,6 +217,7 @@ def test_nbody_degenerate_system_is_finite():
         ({"num_layers": 0}, "canonicalization.num_layers"),
         ({"dropout": 1.0}, "canonicalization.dropout"),
         ({"negative_slope": True}, "canonicalization.negative_slope"),
+        ({"authors_code": "yes"}, "canonicalization.authors_code"),
     ],
 )
 def test_nbody_rejects_bad_arguments(kwargs, key):

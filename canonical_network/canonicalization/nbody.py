@@ -21,6 +21,15 @@ invariant and ``invert(f(...), h(x)) = f(...) Rᵀ + t`` is E(3)-equivariant wha
 Dropout (Appendix G.2: ``p = 0.5``) drops whole vectors
 (:class:`~canonical_network.nn.vector_neurons.VNDropout`), so even in training mode the canonicalizer is
 exactly equivariant for a given dropout mask.
+
+``authors_code=True`` is an ablation, not a model: it puts back the three details of the authors' public
+N-body canonicalizer (oumarkaba/canonical_network, ``models/euclideangraph_base_models.py`` and
+``models/euclideangraph_model.py``) that break O(3) equivariance — a bias on every VN feature (their
+``nn.Linear`` on the channel axis adds ``b_c`` to each coordinate of channel ``c``), element-wise dropout, and
+Gram–Schmidt over the coordinate rows of the output instead of over its vectors — to measure how much of the
+paper's CN-GNN number (0.0043) those details carry. Translations still act correctly (the inputs are
+centred); rotations and reflections do not (``tests/test_canonicalizers3d.py`` shows it failing the check the
+default passes).
 """
 
 from __future__ import annotations
@@ -44,19 +53,37 @@ class VNDeepSetsLayer(nn.Module):
     permutations of the particles.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, negative_slope: float, dropout: float) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        negative_slope: float,
+        dropout: float,
+        authors_code: bool = False,
+    ) -> None:
         super().__init__()
         self.self_map = VNLinear(in_channels, out_channels)
         self.pool_map = VNLinear(in_channels, out_channels)
         self.direction = VNLinear(out_channels, out_channels)
-        self.dropout = VNDropout(dropout)
+        # authors_code: one bias per output channel added to all three coordinates, and dropout of single
+        # coordinates; both break O(3) equivariance (module docstring)
+        self.bias = _coordinate_bias(in_channels, out_channels) if authors_code else None
+        self.dropout = nn.Dropout(dropout) if authors_code else VNDropout(dropout)
         self.negative_slope = negative_slope
         self.residual = in_channels == out_channels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pre = self.self_map(x) + self.pool_map(vn_mean_pool(x, -1, keepdim=True))
+        if self.bias is not None:
+            pre = pre + self.bias.view(1, -1, 1, 1)
         out = self.dropout(vn_leaky_relu(pre, self.direction(pre), self.negative_slope))
         return out + x if self.residual else out
+
+
+def _coordinate_bias(in_channels: int, out_channels: int) -> nn.Parameter:
+    """A bias ``(C_out,)`` initialised as ``nn.Linear``'s: uniform in ``±1/sqrt(C_in)``."""
+    bound = in_channels**-0.5
+    return nn.Parameter(torch.empty(out_channels).uniform_(-bound, bound))
 
 
 class VNDeepSetsCanonicalizer(Canonicalizer):
@@ -70,6 +97,8 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
             "CN-GNN-O(3)").
         negative_slope: of the VN leaky ReLU; 0 (VN-ReLU) as in the authors' public N-body configuration.
         freeze: keep the initial weights (the "CN-GNN (frozen)" row).
+        authors_code: the ablation of the module docstring — the authors' three non-equivariant details
+            (biases on VN features, element-wise dropout, Gram–Schmidt over coordinate rows). Not equivariant.
 
     Inputs of :meth:`canonicalize`: ``loc`` ``(B, N, 3)``, ``vel`` ``(B, N, 3)``, ``charges`` ``(B, N, 1)``.
     """
@@ -84,8 +113,12 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         translation: str = "learned",
         negative_slope: float = 0.0,
         freeze: bool = False,
+        authors_code: bool = False,
     ) -> None:
         super().__init__(freeze=freeze)
+        if not isinstance(authors_code, bool):
+            raise ValueError(f"canonicalization.authors_code must be true or false, got {authors_code!r}")
+        self.authors_code = authors_code
         hidden_dim = check_int("canonicalization.hidden_dim", hidden_dim, low=1)
         num_layers = check_int("canonicalization.num_layers", num_layers, low=1)
         dropout = check_fraction("canonicalization.dropout", dropout)
@@ -97,11 +130,14 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         in_channels = 4  # x − x̄, q (x − x̄), v, q v
         widths = [in_channels] + [hidden_dim] * num_layers
         self.layers = nn.ModuleList(
-            VNDeepSetsLayer(c_in, c_out, negative_slope, dropout)
+            VNDeepSetsLayer(c_in, c_out, negative_slope, dropout, authors_code)
             for c_in, c_out in zip(widths, widths[1:], strict=False)
         )
         # three frame vectors, plus the translation offset when it is learned
         self.readout = VNLinear(hidden_dim, 4 if translation == "learned" else 3)
+        self.readout_bias = (
+            _coordinate_bias(hidden_dim, self.readout.weight.shape[0]) if authors_code else None
+        )
 
     @staticmethod
     def _check_inputs(loc: torch.Tensor, vel: torch.Tensor, charges: torch.Tensor) -> torch.Tensor:
@@ -126,14 +162,20 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         x = features.transpose(2, 3)  # (B, 4, 3, N): VN layout
         for layer in self.layers:
             x = layer(x)
-        return self.readout(vn_mean_pool(x, -1)), centroid
+        vectors = self.readout(vn_mean_pool(x, -1))
+        if self.readout_bias is not None:
+            vectors = vectors + self.readout_bias.view(1, -1, 1)
+        return vectors, centroid
 
     def group_element(
         self, loc: torch.Tensor, vel: torch.Tensor, charges: torch.Tensor
     ) -> EuclideanTransform:
         """``h(x) = (R (B, 3, 3), t (B, 3))``; the columns of ``R`` are the learned frame axes."""
         vectors, centroid = self.frame_vectors(loc, vel, charges)
-        rotation = gram_schmidt(vectors[:, :3].transpose(1, 2), "O3")
+        # gram_schmidt orthonormalises columns: the vectors (rows of `vectors`), or with authors_code the
+        # coordinate rows, as the authors' code does
+        frame = vectors[:, :3] if self.authors_code else vectors[:, :3].transpose(1, 2)
+        rotation = gram_schmidt(frame, "O3")
         translation = centroid + vectors[:, 3] if self.translation == "learned" else centroid
         return EuclideanTransform(rotation, translation)
 
