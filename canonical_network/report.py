@@ -15,8 +15,9 @@ Every ``results.json`` below the folders is one run (``canonical_network.train``
 * runs that change a row's own config (ablations: any override beyond seed, budget, logging and run
   folder) grouped by those overrides, apart from the paper tables;
 * for each claim that does not hold at the rows' own configs, what the ablations show: the claim at the
-  rows' other budgets and under every ablation run on both of its sides, and each ablation of its rows
-  with the difference it makes;
+  rows' other budgets and under every ablation run on both of its sides, each ablation of its rows
+  with the difference it makes, and how the runs of both sides ended (at their epoch cap or stopped early,
+  and after how many epochs their validation was best: the budget's part);
 * a bar chart per table (ours with CI, the paper with its std) and validation curves per row;
 * every run: command, data set, epochs, wall time and the machine it ran on.
 
@@ -376,6 +377,8 @@ class ClaimCheck:
     verdict: str
     #: the experiments behind the claim's two cells (what an ablation must change to bear on it)
     experiments: tuple[str, ...]
+    #: the runs of side a and side b, for how they ended (:func:`stopping_text`)
+    sides: tuple[tuple[str, tuple[dict, ...]], ...] = ()
 
     @property
     def setting(self) -> str:
@@ -406,9 +409,18 @@ def check_claims(tables: dict, cells_by_table: dict) -> list[ClaimCheck]:
                 interval += f" (tolerance ±{claim.tolerance:g})"
             shown_p = "–" if p is None else f"{p:.2g}" + (f" ({test})" if test else "")
             experiments = tuple(dict.fromkeys(str(r.get("experiment")) for c in (a, b) for r in c.runs))
+            sides = tuple((_side_name(spec, key), tuple(cell.runs)) for key, cell in ((claim.a, a), (claim.b, b)))
             checks.append(ClaimCheck(claim, data, budget, variant, interval, counts, shown_p,
-                                     verdict(claim, diff, half, spec.get("lower_is_better", True)), experiments))
+                                     verdict(claim, diff, half, spec.get("lower_is_better", True)), experiments,
+                                     sides))
     return checks
+
+
+def _side_name(spec: dict, key: tuple[str, int]) -> str:
+    """A claim side ``(row, column index)`` as text: the row, and the column when the table has several."""
+    row, j = key
+    columns = spec.get("columns") or []
+    return f"{row} ({columns[j]['name']})" if len(columns) > 1 else row
 
 
 def render_claims(checks: list[ClaimCheck]) -> list[str]:
@@ -432,6 +444,9 @@ def render_open_claims(checks: list[ClaimCheck], effects: list[dict]) -> list[st
             continue
         lines += [f"**{c.claim.text}** ({c.claim.source}; {c.data}, {c.budget}): {c.verdict}, a − b = "
                   f"{c.interval} (n {c.counts}).", ""]
+        stopping = [text for name, runs in c.sides if (text := stopping_text(name, list(runs)))]
+        if stopping:
+            lines.append("- How the runs ended: " + "; ".join(stopping) + ".")
         found = False
         for other in checks:
             if other.claim != c.claim or other.data != c.data or other is c:
@@ -455,6 +470,37 @@ def render_open_claims(checks: list[ClaimCheck], effects: list[dict]) -> list[st
             lines.append("- No ablation of these rows has run on this data and budget yet.")
         lines.append("")
     return lines or ["Every claim with runs on both sides holds.", ""]
+
+
+def stopping_text(name: str, runs: list[dict]) -> str | None:
+    """How a cell's runs ended — at their epoch cap or stopped early — and after how many epochs their
+    monitored validation metric was best (from ``csv/metrics.csv``): a side whose best epochs sit at the cap
+    was still improving, so the budget bounds it. None when the runs do not record their cap."""
+    capped, stopped, best = [], [], []
+    for run in runs:  # records as load_runs flattens them: "config.trainer.max_epochs", ...
+        cap, epochs = run.get("config.trainer.max_epochs"), run.get("epochs")
+        if run.get("status") != "completed" or cap is None or epochs is None:
+            continue
+        (capped if int(epochs) >= int(cap) else stopped).append(int(epochs))
+        metric, mode = run.get("config.optimized_metric"), run.get("config.optimized_mode", "min")
+        curve = read_curve(run, metric) if metric else []
+        if curve:
+            pick = min if mode == "min" else max
+            best.append(pick(curve, key=lambda point: point[1])[0] + 1)  # epochs are counted from 0
+    if not capped and not stopped:
+        return None
+
+    def span(values: list[int]) -> str:
+        return str(min(values)) if min(values) == max(values) else f"{min(values)}–{max(values)}"
+
+    total = len(capped) + len(stopped)
+    parts = []
+    if capped:
+        parts.append(f"{len(capped)} of {total} ran to the {capped[0]}-epoch cap")
+    if stopped:
+        parts.append(f"{len(stopped)} of {total} stopped early after {span(stopped)} epochs")
+    text = f"{name}: " + ", ".join(parts)
+    return text + (f", best validation after {span(best)} epochs" if best else "")
 
 
 def _moved(values: list[float], base: list[float]) -> str:
@@ -669,10 +715,11 @@ def build_report(folders: list[Path], out: Path) -> Path:
     effects = variant_effects(variants, row_runs)
     lines += ["## The paper's claims", ""] + render_claims(checks) + [""]
     lines += ["## Claims that do not hold here: what the ablations show", "",
-              "Each claim that is not *holds* at the rows' own configs, with the same claim at the other "
-              "budgets and under every ablation run on both of its sides, and every ablation of its rows on the "
-              "same data and budget (variant − row default, 95 % Welch interval; *moves it* when the interval "
-              "excludes 0).", ""]
+              "Each claim that is not *holds* at the rows' own configs, with how the runs of both sides ended "
+              "(at the epoch cap, so still improving when the best validation is near it, or stopped early), "
+              "the same claim at the other budgets and under every ablation run on both of its sides, and "
+              "every ablation of its rows on the same data and budget (variant − row default, 95 % Welch "
+              "interval; *moves it* when the interval excludes 0).", ""]
     lines += render_open_claims(checks, effects)
     lines += ["## Tables", ""] + (table_sections or ["No run belongs to a paper table.", ""])
     if variants:

@@ -329,6 +329,29 @@ def test_z_so3_equals_z_z_is_paired_by_seed(tmp_path):
     assert "(paired t)" not in claim and "2, 2" in claim
 
 
+def test_open_claims_say_whether_their_runs_hit_the_epoch_cap(tmp_path):
+    # CN(p64): both seeds run to the 100-epoch cap, best validation error at epochs 97 and 99 (0-based 96, 98);
+    # augmentation: stopped early after 40 and 60 epochs, best at 20 and 30. Not resolved, so it is listed.
+    monitored = {"optimized_metric": "val/error", "optimized_mode": "min"}
+    for seed, (p64, aug, best_p64, stop_aug) in enumerate([(3.0, 3.1, 96, 40), (3.4, 3.2, 98, 60)]):
+        p64_curve = [(e, 5.0 - 0.01 * e) for e in range(best_p64 + 1)] + [(best_p64 + 1, 9.0)]
+        write_run(tmp_path / "runs", f"p64_{seed}", "rotmnist/cn_p64", seed, {"test/error": p64}, epochs=100,
+                  curve=p64_curve, extra_config=monitored)
+        aug_curve = [(e, abs(e - stop_aug // 2) + 2.0) for e in range(stop_aug)]
+        write_run(tmp_path / "runs", f"aug_{seed}", "rotmnist/cnn_aug", seed, {"test/error": aug}, epochs=stop_aug,
+                  curve=aug_curve, extra_config=monitored)
+    text = report.build_report([tmp_path / "runs"], tmp_path / "out").read_text()
+    entry = text.split("**Canonicalization beats augmentation")[1].split("\n\n**")[0]
+    assert ("- How the runs ended: CN(p64)-CNN: 2 of 2 ran to the 100-epoch cap, best validation after 97–99 "
+            "epochs; CNN (rotation aug.): 2 of 2 stopped early after 40–60 epochs, best validation after 21–31 "
+            "epochs.") in entry
+    # runs that do not record their monitored metric still say where they ended
+    record = {"status": "completed", "epochs": 7, "config.trainer.max_epochs": 9,
+              "path": str(tmp_path / "none" / "results.json")}
+    assert report.stopping_text("x", [record]) == "x: 1 of 1 stopped early after 7 epochs"
+    assert report.stopping_text("x", [{"status": "completed", "epochs": 7}]) is None
+
+
 def test_claims_that_do_not_hold_list_what_the_ablations_of_their_rows_show(tmp_path):
     runs = tmp_path / "runs"
     # CN(p64) vs augmentation: not resolved at the defaults; CNN vs CN(p64): holds (so not listed).
