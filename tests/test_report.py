@@ -329,6 +329,29 @@ def test_z_so3_equals_z_z_is_paired_by_seed(tmp_path):
     assert "(paired t)" not in claim and "2, 2" in claim
 
 
+def test_a_variant_that_moves_digits_between_splits_is_not_compared_with_the_default(tmp_path):
+    # 4,400 training digits leave 200 test digits: its test error is on other digits than the default's 1,000
+    runs = tmp_path / "runs"
+    for seed, (p64, aug, p64_440, aug_440) in enumerate([(3.0, 3.1, 1.0, 2.0), (3.4, 3.2, 1.1, 2.2)]):
+        write_run(runs, f"p64_{seed}", "rotmnist/cn_p64", seed, {"test/error": p64})
+        write_run(runs, f"aug_{seed}", "rotmnist/cnn_aug", seed, {"test/error": aug})
+        write_run(runs, f"p64_440_{seed}", "rotmnist/cn_p64", seed, {"test/error": p64_440},
+                  overrides=["data.train_per_class=440"])
+        write_run(runs, f"aug_440_{seed}", "rotmnist/cnn_aug", seed, {"test/error": aug_440},
+                  overrides=["data.train_per_class=440"])
+    text = report.build_report([runs], tmp_path / "out").read_text()
+    entry = text.split("**Canonicalization beats augmentation")[1].split("\n\n**")[0]
+    diff, half, _ = report.welch_interval([1.0, 1.1], [2.0, 2.2])
+    assert (f"- The claim with `data.train_per_class=440` on both sides: **holds**, a − b = {diff:+.2f} ± "
+            f"{half:.2f} (n 2, 2).") in entry
+    assert ("- `data.train_per_class=440` on rotmnist/cn_p64: tested on other digits than the row's default "
+            "(another split), so compared only through the claim with it on both sides.") in entry
+    assert "moves it" not in entry  # 1.05 vs 3.2 would "move" it, were the test digits the same
+    variants = text.split("## Ablations and variants")[1]
+    assert variants.count("– (another test split)") == 2 and report.changes_split(("data.val_per_class=20",))
+    assert not report.changes_split(("canonicalization.temperature=0.1",))
+
+
 def test_open_claims_say_whether_their_runs_hit_the_epoch_cap(tmp_path):
     # CN(p64): both seeds run to the 100-epoch cap, best validation error at epochs 97 and 99 (0-based 96, 98);
     # augmentation: stopped early after 40 and 60 epochs, best at 20 and 30. Not resolved, so it is listed.
