@@ -218,11 +218,15 @@ def summary(cell: Cell) -> tuple[float, float | None] | None:
     return mean_ci(cell.values) if cell.values else None
 
 
-def _epochs_text(runs: list[dict]) -> str:
-    epochs = sorted(int(r["epochs"]) for r in runs if r.get("epochs") is not None)
-    if not epochs:
+def _span(values: list[int]) -> str:
+    """``"a–b"`` from the smallest to the largest value, or the one value; "–" for none."""
+    if not values:
         return "–"
-    return str(epochs[0]) if epochs[0] == epochs[-1] else f"{epochs[0]}–{epochs[-1]}"
+    return str(min(values)) if min(values) == max(values) else f"{min(values)}–{max(values)}"
+
+
+def _epochs_text(runs: list[dict]) -> str:
+    return _span([int(r["epochs"]) for r in runs if r.get("epochs") is not None])
 
 
 def _fmt(x: float | None, digits: int) -> str:
@@ -497,18 +501,14 @@ def stopping_text(name: str, runs: list[dict]) -> str | None:
             best.append(pick(curve, key=lambda point: point[1])[0] + 1)  # epochs are counted from 0
     if not capped and not stopped:
         return None
-
-    def span(values: list[int]) -> str:
-        return str(min(values)) if min(values) == max(values) else f"{min(values)}–{max(values)}"
-
     total = len(capped) + len(stopped)
     parts = []
     if capped:
         parts.append(f"{len(capped)} of {total} ran to the {capped[0]}-epoch cap")
     if stopped:
-        parts.append(f"{len(stopped)} of {total} stopped early after {span(stopped)} epochs")
+        parts.append(f"{len(stopped)} of {total} stopped early after {_span(stopped)} epochs")
     text = f"{name}: " + ", ".join(parts)
-    return text + (f", best validation after {span(best)} epochs" if best else "")
+    return text + (f", best validation after {_span(best)} epochs" if best else "")
 
 
 def _moved(values: list[float], base: list[float]) -> str:

@@ -40,7 +40,7 @@ from torch import nn
 from canonical_network.canonicalization.base import Canonicalizer
 from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt
 from canonical_network.nn.vector_neurons import VNDropout, VNLinear, vn_leaky_relu, vn_mean_pool
-from canonical_network.utils.checks import check_choice, check_fraction, check_int
+from canonical_network.utils.checks import check_bool, check_choice, check_fraction, check_int
 
 TRANSLATIONS = ("learned", "centroid")
 
@@ -116,9 +116,7 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         authors_code: bool = False,
     ) -> None:
         super().__init__(freeze=freeze)
-        if not isinstance(authors_code, bool):
-            raise ValueError(f"canonicalization.authors_code must be true or false, got {authors_code!r}")
-        self.authors_code = authors_code
+        self.authors_code = check_bool("canonicalization.authors_code", authors_code)
         hidden_dim = check_int("canonicalization.hidden_dim", hidden_dim, low=1)
         num_layers = check_int("canonicalization.num_layers", num_layers, low=1)
         dropout = check_fraction("canonicalization.dropout", dropout)
