@@ -293,6 +293,13 @@ def read_curve(run: dict, metric: str) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
+def _first_val_epoch(run: dict) -> int:
+    """The 0-based epoch of a run's first validation: Lightning validates after every
+    ``check_val_every_n_epoch``-th epoch (N-body: 5, so epoch 4), so a curve starting there is complete."""
+    every = run.get("config.trainer.check_val_every_n_epoch")
+    return int(every) - 1 if isinstance(every, (int, float)) and every >= 1 else 0
+
+
 def _curves_chart(name: str, spec: dict, cells: dict, path: Path) -> list[str] | None:
     """Draw the validation curves; returns the notes on curves that do not start at epoch 0 (None: no
     curve at all)."""
@@ -309,15 +316,15 @@ def _curves_chart(name: str, spec: dict, cells: dict, path: Path) -> list[str] |
                 curve = read_curve(run, metric)
                 if curve:
                     label = row["name"] if len(spec["columns"]) == 1 else f"{row['name']} [{column['name']}]"
-                    series.append((label, run.get("seed"), curve))
+                    series.append((label, run.get("seed"), curve, _first_val_epoch(run)))
     if not series:
         return None
-    partial = sorted({f"{label} seed {seed} (from epoch {curve[0][0]})" for label, seed, curve in series
-                      if curve[0][0] > 0})
+    partial = sorted({f"{label} seed {seed} (from epoch {curve[0][0]})" for label, seed, curve, first in series
+                      if curve[0][0] > first})
     labels = sorted({s[0] for s in series}, key=[s[0] for s in series].index)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    for label, seed, curve in series:
+    for label, seed, curve, _ in series:
         i = labels.index(label)
         ax.plot([e for e, _ in curve], [v for _, v in curve], color=colors[i % len(colors)],
                 linestyle=("-", "--", ":", "-.")[(i // len(colors)) % 4], linewidth=1,

@@ -128,6 +128,24 @@ def test_report_tables_claims_variants_and_figures(tmp_path):
     assert report.build_report([runs], out).read_text() == text
 
 
+def test_late_curves_are_noted_but_not_a_first_validation_after_several_epochs(tmp_path):
+    runs = tmp_path / "runs"
+    # validated every epoch but the CSV starts at epoch 15: earlier epochs lost to a resume
+    write_run(runs, "cnn0", "rotmnist/cnn", 0, {"test/error": 6.0}, curve=[(e, 10.0 - e / 10) for e in range(15, 20)])
+    # validated every 5th epoch: its first validation is after epoch index 4, so the curve is whole
+    write_run(runs, "p64_0", "rotmnist/cn_p64", 0, {"test/error": 3.0},
+              curve=[(e, 8.0 - e / 10) for e in range(4, 30, 5)],
+              extra_config={"trainer": {"max_epochs": 100, "check_val_every_n_epoch": 5}})
+    # validated every 5th epoch but starting at epoch 14: two validations lost
+    write_run(runs, "p64_1", "rotmnist/cn_p64", 1, {"test/error": 3.2},
+              curve=[(e, 8.0 - e / 10) for e in range(14, 30, 5)],
+              extra_config={"trainer": {"max_epochs": 100, "check_val_every_n_epoch": 5}})
+    text = report.build_report([runs], tmp_path / "report").read_text()
+    note = next(line for line in text.splitlines() if line.startswith("Curves that start late"))
+    assert "CNN (base) seed 0 (from epoch 15)" in note and "CN(p64)-CNN seed 1 (from epoch 14)" in note
+    assert "CN(p64)-CNN seed 0" not in note
+
+
 def test_no_paper_delta_on_other_data(tmp_path):
     runs = tmp_path / "runs"
     for seed in range(2):
