@@ -8,7 +8,7 @@
 #   scripts/reproduce.sh nbody-ablations
 #   scripts/reproduce.sh nbody-long      # CN-GNN, its frozen row, EGNN and GNN at NBODY_LONG (3,000) epochs
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
-#   scripts/reproduce.sh pointclouds-cpu # Table 4's PointNet rows, 256 points, 1,000 clouds, 5 epochs
+#   scripts/reproduce.sh pointclouds-cpu # Table 4's PointNet and VN-PointNet rows, 256 points, 1,000 clouds, 5 epochs
 #   scripts/reproduce.sh adapt-mnist     # the embedded adapt table (ResNet-18, upright train), ADAPT_EPOCHS, ADAPT_SEEDS
 #   scripts/reproduce.sh adapt-mnist-long  # its backbone and prior rows at 30 epochs
 #   scripts/reproduce.sh diagnose        # diagnose the trained Rotated MNIST checkpoints (docs/reproduction/diagnostics)
@@ -81,7 +81,7 @@ case "${1:-}" in
       run "${rotation//\//_}" "0 1" modelnet/pointnet modelnet/dgcnn modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \
         modelnet/cn_frozen_pointnet -- data.rotation="$rotation" trainer.max_epochs=30
     done ;;
-  pointclouds-cpu)  # the PointNet rows of Table 4 at a CPU budget (DGCNN: ~6 s a batch of 256-point clouds
+  pointclouds-cpu)  # the PointNet rows of Table 4 (and VN-PointNet) at a CPU budget (DGCNN: ~6 s a batch of 256-point clouds
                     # on one core, so its rows wait for a GPU): PC_POINTS points, PC_TRAIN training clouds,
                     # PC_EPOCHS epochs; seed 0 of every protocol before seed 1
     for seed in 0 1; do
@@ -94,7 +94,14 @@ case "${1:-}" in
     # seed 1 of CN(L)-PointNet under SO(3)/SO(3) diverges (NaN at step 17, SGD lr 0.1; kept as a failed run):
     # seed 2 gives that cell its second value
     run cpu_so3_so3 2 modelnet/cn_l_pointnet -- data.rotation=so3/so3 data.num_points="${PC_POINTS:-256}" \
-      data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}" ;;
+      data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}"
+    # VN-PointNet (~3 s a batch of 32 on one core: ~10 min a run) after the rows above, same budget
+    for seed in 0 1; do
+      for rotation in z/z z/so3 so3/so3; do
+        run "cpu_${rotation//\//_}" "$seed" modelnet/vn_pointnet -- data.rotation="$rotation" \
+          data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}"
+      done
+    done ;;
   adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test
     run "" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/resnet18_aug adapt_mnist/cn_c8_resnet18 \
       adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs="${ADAPT_EPOCHS:-15}" ;;
