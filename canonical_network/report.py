@@ -80,7 +80,8 @@ class Claim:
 
 
 def _invariance_claims() -> list[Claim]:
-    """CN rows are invariant by construction, so their rotation protocols should agree (Tables 4 and 5b)."""
+    """CN rows (and the Vector Neuron rows, SO(3)-invariant by their layers) are invariant by construction, so
+    their rotation protocols should agree (Tables 4 and 5b)."""
     claims = []
     for table, source, a_col, b_col in (("modelnet_table", "Table 4", 1, 0), ("shapenet_table", "Table 5b", 0, 1)):
         spec = paper_tables()[table]
@@ -88,7 +89,7 @@ def _invariance_claims() -> list[Claim]:
         # z/z and z/SO(3) train alike (the same seed gives the same model): Table 4's pair is paired by seed
         rotations = {spec["columns"][c]["match"].get("config.data.rotation") for c in (a_col, b_col)}
         paired = rotations == {"z/z", "z/so3"}
-        for row in (r["name"] for r in spec["rows"] if r["name"].startswith("CN(")):
+        for row in (r["name"] for r in spec["rows"] if r["name"].startswith(("CN(", "VN-"))):
             claims.append(Claim(f"{row}: {a_name} = {b_name} within 1 point", table, (row, a_col), (row, b_col),
                                 relation="equal", tolerance=1.0, source=source, paired=paired))
     return claims

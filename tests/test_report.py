@@ -335,12 +335,19 @@ def test_z_so3_equals_z_z_is_paired_by_seed(tmp_path):
             write_run(runs, f"cn{seed}_{rotation.replace('/', '_')}", "modelnet/cn_nl_pointnet", seed,
                       {"test/acc": acc + shift}, data=SHAPES,
                       extra_config={"data": {"_target_": SHAPES, "rotation": rotation}})
+            # VN-PointNet is invariant by its layers: it gets the same claim
+            write_run(runs, f"vn{seed}_{rotation.replace('/', '_')}", "modelnet/vn_pointnet", seed,
+                      {"test/acc": acc + shift}, data=SHAPES,
+                      extra_config={"data": {"_target_": SHAPES, "rotation": rotation}})
         # PointNet is not invariant: z/SO(3) far below z/z, but no claim pairs it
         write_run(runs, f"pn{seed}", "modelnet/pointnet", seed, {"test/acc": 0.3}, data=SHAPES,
                   extra_config={"data": {"_target_": SHAPES, "rotation": "z/so3"}})
     text = report.build_report([runs], tmp_path / "out").read_text()
     claim = next(line for line in text.splitlines() if line.startswith("| CN(NL)-PointNet: z/SO(3) = z/z"))
     assert "2 pairs" in claim and "(paired t)" in claim and "**holds**" in claim
+    claim = next(line for line in text.splitlines() if line.startswith("| VN-PointNet: z/SO(3) = z/z"))
+    assert "2 pairs" in claim and "**holds**" in claim
+    assert not any(line.startswith("| PointNet: z/SO(3)") for line in text.splitlines())
     _, welch_half, _ = report.welch_interval([60.0, 90.1], [60.0, 90.0])
     assert welch_half > 1.0  # the unpaired test would have left it unresolved
     claim = next(line for line in text.splitlines() if line.startswith("| CN(NL)-PointNet beats PointNet"))
