@@ -214,6 +214,16 @@ def table_cells(spec: dict, runs: list[dict]) -> dict[tuple[str, int], Cell]:
     return {(name, j): cell for name, cells in build_table(spec, runs) for j, cell in enumerate(cells)}
 
 
+def table_variant(spec: dict, run: dict) -> tuple[str, ...]:
+    """A run's overrides that make it an ablation *for this table*: its variant less the overrides of the
+    config keys the table's cells are matched on. Table 6's sweep selects its cells with
+    ``canonicalization.num_layers`` and ``canonicalization.num_rotations`` on ``rotmnist/cn_p4``: those runs
+    are Table 6 cells, and stay variants for Table 1, whose rows match on the experiment alone."""
+    keys = {key.removeprefix("config.") for part in (*spec["rows"], *spec["columns"])
+            for key in (part.get("match") or {})}
+    return tuple(o for o in variant_of(run) if o.split("=", 1)[0].lstrip("+~") not in keys)
+
+
 def summary(cell: Cell) -> tuple[float, float | None] | None:
     """Mean and 95 % half-width of a cell, None when it has no value."""
     return mean_ci(cell.values) if cell.values else None
@@ -706,7 +716,7 @@ def build_report(folders: list[Path], out: Path) -> Path:
     cells_by_table: dict[str, dict] = {}
     table_sections: list[str] = []
     for name, spec in tables.items():
-        for group, members in _groups(row_runs):
+        for group, members in _groups([r for r in runs if not table_variant(spec, r)]):
             cells = table_cells(spec, members)
             if not any(c.values for c in cells.values()):
                 continue
@@ -731,12 +741,13 @@ def build_report(folders: list[Path], out: Path) -> Path:
             table_sections.append("")
     # The claims also under each ablation that ran on both sides of a claim (e.g. no early stopping for both
     # CN(p64) and augmentation), marked with the ablation's overrides.
-    by_variant: dict[tuple[str, ...], list[dict]] = defaultdict(list)
-    for run in variants:
-        by_variant[variant_of(run)].append(run)
-    for variant, members in sorted(by_variant.items()):
-        for group, group_runs in _groups(members):
-            for name, spec in tables.items():
+    for name, spec in tables.items():
+        by_variant: dict[tuple[str, ...], list[dict]] = defaultdict(list)
+        for run in variants:
+            if variant := table_variant(spec, run):
+                by_variant[variant].append(run)
+        for variant, members in sorted(by_variant.items()):
+            for group, group_runs in _groups(members):
                 cells = table_cells(spec, group_runs)
                 if any(c.values for c in cells.values()):
                     cells_by_table.setdefault(name, {})[(*group, variant)] = cells

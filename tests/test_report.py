@@ -435,3 +435,26 @@ def test_claims_that_do_not_hold_list_what_the_ablations_of_their_rows_show(tmp_
         write_run(runs2, f"pca_{seed}", "rotmnist/cn_pca", seed, {"test/error": 3.5 - seed})
     text = report.build_report([runs2], tmp_path / "out2").read_text()
     assert "No ablation of these rows has run on this data and budget yet." in text
+
+
+def test_table6_sweep_runs_fill_table6_but_stay_variants_of_table1_rows(tmp_path):
+    """The Table 6 sweep selects its cells by overriding ``rotmnist/cn_p4``: its cells, not a Table 1 row."""
+    runs = tmp_path / "runs"
+
+    def canonicalizer(rotations):
+        return {"canonicalization": {"_target_": "canonical_network.canonicalization.image.GCNNCanonicalizer",
+                                     "num_layers": 3, "num_rotations": rotations, "freeze": False},
+                "prediction": {"_target_": "canonical_network.prediction.cnn.CNN"}}
+
+    for seed, (p4, p8) in enumerate([(5.0, 4.0), (5.2, 4.2)]):
+        write_run(runs, f"p4_{seed}", "rotmnist/cn_p4", seed, {"test/error": p4}, extra_config=canonicalizer(4))
+        write_run(runs, f"p8_{seed}", "rotmnist/cn_p4", seed, {"test/error": p8}, extra_config=canonicalizer(8),
+                  overrides=["canonicalization.num_rotations=8"])
+    text = report.build_report([runs], tmp_path / "out").read_text()
+    table6 = text[text.index("### Table 6"):]
+    row = next(line for line in table6.splitlines() if line.startswith("| 3 layers | p8 |"))
+    assert "| 4.10 ± " in row and "| 2 |" in row
+    table1 = text[text.index("### Table 1"):text.index("### Table 6")]
+    row = next(line for line in table1.splitlines() if line.startswith("| CN(p4)-CNN |"))
+    assert "| 5.10 ± " in row  # the p8 runs are not pooled into CN(p4)
+    assert "canonicalization.num_rotations=8" in text[text.index("## Ablations and variants"):]
