@@ -65,6 +65,8 @@ class Claim:
 
     ``relation="better"``: ``a`` beats ``b`` in the table's direction (lower error, higher accuracy);
     ``relation="equal"``: ``|a − b| ≤ tolerance`` (in the table's unit).
+    ``trend_x`` (one x per column of row ``a``): a trend along that row instead, the slope of the metric on x
+    over every run of its cells (``b`` unused); "better" when it moves in the table's direction as x grows.
     """
 
     text: str
@@ -77,6 +79,7 @@ class Claim:
     #: ``a`` and ``b`` of one seed are the same training run tested two ways (e.g. z/z and z/SO(3)): compare
     #: the per-seed differences (paired t) instead of two independent samples.
     paired: bool = False
+    trend_x: tuple[float, ...] = ()
 
 
 def _invariance_claims() -> list[Claim]:
@@ -111,6 +114,9 @@ CLAIMS: list[Claim] = [
           source="Table 2"),
     Claim("Table 6: error falls with the group order (3 layers, p64 < p4)", "rotmnist_table6",
           ("3 layers", 4), ("3 layers", 0), source="Table 6"),
+    # x = log2 N of the columns p4 ... p64: the slope is the change of the error per doubling of the order
+    Claim("Table 6: error falls with the group order (3 layers, slope over p4-p64)", "rotmnist_table6",
+          ("3 layers", 0), ("3 layers", 0), source="Table 6", trend_x=(2.0, 3.0, 4.0, 5.0, 6.0)),
     Claim("CN-GNN beats the GNN", "nbody_table", ("CN-GNN", 0), ("GNN", 0), source="Table 3"),
     Claim("CN-GNN beats EGNN", "nbody_table", ("CN-GNN", 0), ("EGNN", 0), source="Table 3"),
     Claim("CN-GNN beats FA-GNN", "nbody_table", ("CN-GNN", 0), ("FA-GNN", 0), source="Table 3"),
@@ -182,6 +188,26 @@ def paired_interval(a: list[float], b: list[float]) -> tuple[float, float | None
     from scipy import stats
 
     return diff, t_quantile(len(diffs) - 1) * se, float(2 * stats.t.sf(abs(diff) / se, len(diffs) - 1))
+
+
+def trend_interval(x: list[float], y: list[float]) -> tuple[float, float | None, float | None]:
+    """The least-squares slope of ``y`` on ``x``, its 95 % half-width (Student t, n − 2 degrees of freedom)
+    and the two-sided p-value of slope = 0 (None: fewer than 3 points or one distinct x)."""
+    n = len(x)
+    mx, my = statistics.fmean(x), statistics.fmean(y)
+    sxx = sum((xi - mx) ** 2 for xi in x)
+    if sxx == 0.0:
+        return 0.0, None, None
+    slope = sum((xi - mx) * (yi - my) for xi, yi in zip(x, y, strict=True)) / sxx
+    if n < 3:
+        return slope, None, None
+    residual = sum((yi - my - slope * (xi - mx)) ** 2 for xi, yi in zip(x, y, strict=True))
+    se = math.sqrt(residual / (n - 2) / sxx)
+    if se == 0.0:
+        return slope, 0.0, 0.0 if slope != 0 else 1.0
+    from scipy import stats
+
+    return slope, t_quantile(n - 2) * se, float(2 * stats.t.sf(abs(slope) / se, n - 2))
 
 
 def _pairs(a, b) -> tuple[list[float], list[float]]:
@@ -408,6 +434,11 @@ class ClaimCheck:
     def setting(self) -> str:
         return f"{self.data}, {self.budget}" + (f", with `{' '.join(self.variant)}`" if self.variant else "")
 
+    @property
+    def label(self) -> str:
+        """What :attr:`interval` is an interval of."""
+        return "slope" if self.claim.trend_x else "a − b"
+
 
 def check_claims(tables: dict, cells_by_table: dict) -> list[ClaimCheck]:
     """Every claim on every (data, budget, variant) group that has runs on both of its sides."""
@@ -416,6 +447,11 @@ def check_claims(tables: dict, cells_by_table: dict) -> list[ClaimCheck]:
         spec = tables[claim.table]
         digits = spec.get("digits", 2)
         for (data, budget, variant), cells in cells_by_table.get(claim.table, {}).items():
+            if claim.trend_x:
+                check = _trend_check(claim, spec, data, budget, variant, cells)
+                if check is not None:
+                    checks.append(check)
+                continue
             a, b = cells.get(claim.a), cells.get(claim.b)
             if a is None or b is None or not a.values or not b.values:
                 continue
@@ -440,6 +476,27 @@ def check_claims(tables: dict, cells_by_table: dict) -> list[ClaimCheck]:
     return checks
 
 
+def _trend_check(claim: Claim, spec: dict, data: str, budget: str, variant: tuple[str, ...],
+                 cells: dict) -> ClaimCheck | None:
+    """A trend claim on one group, when at least 3 of its row's columns have runs (2 would only repeat the
+    pairwise claim)."""
+    row = claim.a[0]
+    columns = [(j, x, cells.get((row, j))) for j, x in enumerate(claim.trend_x)]
+    columns = [(j, x, cell) for j, x, cell in columns if cell is not None and cell.values]
+    if len(columns) < 3:
+        return None
+    xs = [x for _, x, cell in columns for _ in cell.values]
+    ys = [v for _, _, cell in columns for v in cell.values]
+    slope, half, p = trend_interval(xs, ys)
+    digits = spec.get("digits", 2)
+    interval = f"{slope:+.{digits}f}" + (f" ± {half:.{digits}f}" if half is not None else "") + " per doubling"
+    shown_p = "–" if p is None else f"{p:.2g} (slope t)"
+    experiments = tuple(dict.fromkeys(str(r.get("experiment")) for _, _, cell in columns for r in cell.runs))
+    sides = tuple((_side_name(spec, (row, j)), tuple(cell.runs)) for j, _, cell in columns)
+    return ClaimCheck(claim, data, budget, variant, interval, f"{len(ys)} runs, {len(columns)} orders", shown_p,
+                      verdict(claim, slope, half, spec.get("lower_is_better", True)), experiments, sides)
+
+
 def _side_name(spec: dict, key: tuple[str, int]) -> str:
     """A claim side ``(row, column index)`` as text: the row, and the column when the table has several."""
     row, j = key
@@ -450,7 +507,7 @@ def _side_name(spec: dict, key: tuple[str, int]) -> str:
 def render_claims(checks: list[ClaimCheck]) -> list[str]:
     if not checks:
         return ["No claim has runs on both of its sides yet."]
-    lines = ["| Claim (paper) | data, budget | a − b (95 % CI) | n (a, b) | p (Welch unless paired) | verdict |",
+    lines = ["| Claim (paper) | data, budget | a − b, or slope (95 % CI) | n (a, b) | p (Welch unless noted) | verdict |",
              "|---|---|---|---|---|---|"]
     for c in checks:
         lines.append(f"| {c.claim.text} ({c.claim.source}) | {c.setting} | {c.interval} | {c.counts} | {c.p} | "
@@ -466,7 +523,7 @@ def render_open_claims(checks: list[ClaimCheck], effects: list[dict]) -> list[st
     for c in checks:
         if c.variant or c.verdict == "holds":
             continue
-        lines += [f"**{c.claim.text}** ({c.claim.source}; {c.data}, {c.budget}): {c.verdict}, a − b = "
+        lines += [f"**{c.claim.text}** ({c.claim.source}; {c.data}, {c.budget}): {c.verdict}, {c.label} = "
                   f"{c.interval} (n {c.counts}).", ""]
         stopping = [text for name, runs in c.sides if (text := stopping_text(name, list(runs)))]
         if stopping:
@@ -477,10 +534,10 @@ def render_open_claims(checks: list[ClaimCheck], effects: list[dict]) -> list[st
                 continue
             if other.variant and other.budget == c.budget:
                 lines.append(f"- The claim with `{' '.join(other.variant)}` on both sides: **{other.verdict}**, "
-                             f"a − b = {other.interval} (n {other.counts}).")
+                             f"{other.label} = {other.interval} (n {other.counts}).")
                 found = True
             elif not other.variant and other.budget != c.budget:  # the budget as the ablation
-                lines.append(f"- The claim at {other.budget}: **{other.verdict}**, a − b = {other.interval} "
+                lines.append(f"- The claim at {other.budget}: **{other.verdict}**, {other.label} = {other.interval} "
                              f"(n {other.counts}).")
                 found = True
         for e in effects:

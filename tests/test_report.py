@@ -458,3 +458,44 @@ def test_table6_sweep_runs_fill_table6_but_stay_variants_of_table1_rows(tmp_path
     row = next(line for line in table1.splitlines() if line.startswith("| CN(p4)-CNN |"))
     assert "| 5.10 ± " in row  # the p8 runs are not pooled into CN(p4)
     assert "canonicalization.num_rotations=8" in text[text.index("## Ablations and variants"):]
+
+
+def test_trend_interval_matches_scipy_linregress():
+    from scipy import stats
+
+    x = [2.0, 2.0, 3.0, 4.0, 4.0, 6.0, 6.0]
+    y = [5.1, 5.5, 4.9, 4.2, 4.6, 3.1, 3.9]
+    slope, half, p = report.trend_interval(x, y)
+    expected = stats.linregress(x, y)
+    rel = 2**22 * sys.float_info.epsilon  # as in test_welch_interval_matches_scipy
+    assert slope == pytest.approx(expected.slope, rel=rel)
+    assert half == pytest.approx(stats.t.ppf(0.975, len(x) - 2) * expected.stderr, rel=rel)
+    assert p == pytest.approx(expected.pvalue, rel=rel)
+    assert report.trend_interval([2.0, 2.0, 2.0], [1.0, 2.0, 3.0])[1] is None  # one x: no slope
+    assert report.trend_interval([2.0, 3.0], [1.0, 2.0])[1] is None  # two points: no interval
+
+
+def test_group_order_trend_needs_three_orders_and_reads_the_slope(tmp_path):
+    runs = tmp_path / "runs"
+
+    def add(name, rotations, seed, error):
+        overrides = [] if rotations == 4 else [f"canonicalization.num_rotations={rotations}"]
+        write_run(runs, name, "rotmnist/cn_p4", seed, {"test/error": error}, overrides=overrides, extra_config={
+            "canonicalization": {"_target_": "canonical_network.canonicalization.image.GCNNCanonicalizer",
+                                 "num_layers": 3, "num_rotations": rotations, "freeze": False},
+            "prediction": {"_target_": "canonical_network.prediction.cnn.CNN"}})
+
+    for seed in range(2):
+        add(f"p4_{seed}", 4, seed, 5.0 + 0.2 * seed)
+        add(f"p64_{seed}", 64, seed, 3.0 + 0.2 * seed)
+    text = report.build_report([runs], tmp_path / "two").read_text()
+    assert "slope over p4-p64" not in text  # two orders: only the pairwise claim
+    for seed in range(2):
+        add(f"p16_{seed}", 16, seed, 4.0 + 0.2 * seed)
+    text = report.build_report([runs], tmp_path / "three").read_text()
+    claim = next(line for line in text.splitlines() if "slope over p4-p64" in line)
+    x = [2.0, 2.0, 6.0, 6.0, 4.0, 4.0]
+    y = [5.0, 5.2, 3.0, 3.2, 4.0, 4.2]
+    slope, half, _ = report.trend_interval(x, y)
+    assert f"{slope:+.2f} ± {half:.2f} per doubling" in claim and "6 runs, 3 orders" in claim
+    assert "**holds**" in claim and "(slope t)" in claim
