@@ -240,6 +240,11 @@ def table_cells(spec: dict, runs: list[dict]) -> dict[tuple[str, int], Cell]:
     return {(name, j): cell for name, cells in build_table(spec, runs) for j, cell in enumerate(cells)}
 
 
+def _override_key(override: str) -> str:
+    """The config key a Hydra override sets: ``+a.b=1``, ``~a.b`` and ``a.b=1`` all give ``a.b``."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def table_variant(spec: dict, run: dict) -> tuple[str, ...]:
     """A run's overrides that make it an ablation *for this table*: its variant less the overrides of the
     config keys the table's cells are matched on. Table 6's sweep selects its cells with
@@ -247,7 +252,7 @@ def table_variant(spec: dict, run: dict) -> tuple[str, ...]:
     are Table 6 cells, and stay variants for Table 1, whose rows match on the experiment alone."""
     keys = {key.removeprefix("config.") for part in (*spec["rows"], *spec["columns"])
             for key in (part.get("match") or {})}
-    return tuple(o for o in variant_of(run) if o.split("=", 1)[0].lstrip("+~") not in keys)
+    return tuple(o for o in variant_of(run) if _override_key(o) not in keys)
 
 
 def summary(cell: Cell) -> tuple[float, float | None] | None:
@@ -606,7 +611,7 @@ SPLIT_OVERRIDES = ("data.train_per_class", "data.val_per_class")
 
 
 def changes_split(variant: tuple[str, ...]) -> bool:
-    return any(override.split("=", 1)[0].lstrip("+~") in SPLIT_OVERRIDES for override in variant)
+    return any(_override_key(override) in SPLIT_OVERRIDES for override in variant)
 
 
 def variant_effects(runs: list[dict], row_runs: list[dict]) -> list[dict]:
