@@ -9,7 +9,7 @@
 #   scripts/reproduce.sh rotmnist-table6 # Table 6's 3-layer p8, p16, p32 cells at the same protocol, seeds 0-2
 #   scripts/reproduce.sh nbody-long      # CN-GNN, its frozen row, EGNN and GNN at NBODY_LONG (3,000) epochs
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
-#   scripts/reproduce.sh pointclouds-cpu # Table 4's PointNet and VN-PointNet rows, 256 points, 1,000 clouds, 5 epochs
+#   scripts/reproduce.sh pointclouds-cpu # every row of Table 4 at a CPU budget: 256 points, 1,000 clouds, 5 epochs
 #   scripts/reproduce.sh adapt-mnist     # the embedded adapt table (ResNet-18, upright train), ADAPT_EPOCHS, ADAPT_SEEDS
 #   scripts/reproduce.sh adapt-mnist-long  # its backbone and prior rows at 30 epochs
 #   scripts/reproduce.sh diagnose        # diagnose the trained Rotated MNIST checkpoints (docs/reproduction/diagnostics)
@@ -88,9 +88,9 @@ case "${1:-}" in
       run "${rotation//\//_}" "0 1" modelnet/pointnet modelnet/dgcnn modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \
         modelnet/cn_frozen_pointnet -- data.rotation="$rotation" trainer.max_epochs=30
     done ;;
-  pointclouds-cpu)  # the PointNet rows of Table 4 (and VN-PointNet) at a CPU budget (DGCNN: ~6 s a batch of 256-point clouds
-                    # on one core, so its rows wait for a GPU): PC_POINTS points, PC_TRAIN training clouds,
-                    # PC_EPOCHS epochs; seed 0 of every protocol before seed 1
+  pointclouds-cpu)  # every row of Table 4 at a CPU budget: PC_POINTS points, PC_TRAIN training clouds, PC_EPOCHS
+                    # epochs; seed 0 of every protocol before seed 1. PointNet rows first (minutes a run), then
+                    # VN-PointNet, then the DGCNN rows (docs/measurements.md: ~12 CPU-min a DGCNN run, ~27 VN-DGCNN)
     for seed in 0 1; do
       for rotation in z/z z/so3 so3/so3; do
         run "cpu_${rotation//\//_}" "$seed" modelnet/pointnet modelnet/cn_l_pointnet modelnet/cn_nl_pointnet modelnet/cn_frozen_pointnet \
@@ -106,6 +106,18 @@ case "${1:-}" in
     for seed in 0 1; do
       for rotation in z/z z/so3 so3/so3; do
         run "cpu_${rotation//\//_}" "$seed" modelnet/vn_pointnet -- data.rotation="$rotation" \
+          data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}"
+      done
+    done
+    # the DGCNN rows (~4 s a batch of 32 on one core, VN-DGCNN ~9 s): DGCNN and the CN rows, then VN-DGCNN
+    for seed in 0 1; do
+      for rotation in z/z z/so3 so3/so3; do
+        run "cpu_${rotation//\//_}" "$seed" modelnet/dgcnn modelnet/cn_nl_dgcnn modelnet/cn_l_dgcnn modelnet/cn_frozen_dgcnn \
+          -- data.rotation="$rotation" data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" \
+          trainer.max_epochs="${PC_EPOCHS:-5}"
+      done
+      for rotation in z/z z/so3 so3/so3; do
+        run "cpu_${rotation//\//_}" "$seed" modelnet/vn_dgcnn -- data.rotation="$rotation" \
           data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}"
       done
     done ;;
