@@ -6,7 +6,7 @@
 #   scripts/reproduce.sh rotmnist-ablations
 #   scripts/reproduce.sh nbody           # the 7 rows of Table 3, 1,000 epochs (FA-GNN: FA_EPOCHS), seeds 0-1 (2: CN-GNN, EGNN)
 #   scripts/reproduce.sh nbody-ablations
-#   scripts/reproduce.sh rotmnist-table6 # Table 6's 3-layer p8, p16, p32 cells at the same protocol, seeds 0-2
+#   scripts/reproduce.sh rotmnist-table6 # Table 6 at the same protocol: 3-layer p8-p32, then 1 and 2 layers, seeds 0-2
 #   scripts/reproduce.sh nbody-long      # CN-GNN, its frozen row, EGNN and GNN at NBODY_LONG (3,000) epochs
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
 #   scripts/reproduce.sh pointclouds-cpu # every row of Table 4 at a CPU budget: 256 points, 1,000 clouds, 5 epochs
@@ -47,11 +47,20 @@ case "${1:-}" in
   rotmnist-gcnn)  # minutes per epoch on a CPU: meant for a GPU (EXTRA="trainer=gpu")
     run "" "0" rotmnist/gcnn_p4 rotmnist/gcnn_p4_eqparams rotmnist/gcnn_p64_eqparams rotmnist/cn_opt \
       -- trainer.max_epochs=100 ;;
-  rotmnist-table6)  # Table 6's 3-layer row at the Table 1 protocol: p8, p16, p32 beside Table 1's p4 and p64,
-                   # so "error falls with the group order" is read from five orders (the report's trend check).
-                   # As the rotmnist_table6 sweep: rotmnist/cn_p4 with the order overridden; ~5-10 min a run
+  rotmnist-table6)  # Table 6 at the Table 1 protocol. First the 3-layer row: p8, p16, p32 beside Table 1's p4 and
+                   # p64, so "error falls with the group order" is read from five orders (the report's trend check);
+                   # then the 1- and 2-layer rows, seed 0 of every cell before seeds 1-2. As the rotmnist_table6
+                   # sweep: rotmnist/cn_p4 with the layers and order overridden; ~10-15 min a run on one core
     for rotations in 8 16 32; do
       run "p${rotations}" "0 1 2" rotmnist/cn_p4 -- trainer.max_epochs=100 canonicalization.num_rotations="$rotations"
+    done
+    for seeds in 0 "1 2"; do
+      for layers in 1 2; do
+        for rotations in 4 8 16 32 64; do
+          run "l${layers}_p${rotations}" "$seeds" rotmnist/cn_p4 -- trainer.max_epochs=100 \
+            canonicalization.num_layers="$layers" canonicalization.num_rotations="$rotations"
+        done
+      done
     done ;;
   rotmnist-ablations)  # what moves the CN(p64) gap (issue 10): early stopping, capacity, filters, lr, temperature
     # the authors' runs: no early stopping, the last epoch tested (first: it moved CN(p64) most at n = 2)

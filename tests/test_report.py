@@ -441,19 +441,26 @@ def test_table6_sweep_runs_fill_table6_but_stay_variants_of_table1_rows(tmp_path
     """The Table 6 sweep selects its cells by overriding ``rotmnist/cn_p4``: its cells, not a Table 1 row."""
     runs = tmp_path / "runs"
 
-    def canonicalizer(rotations):
+    def canonicalizer(rotations, layers=3):
         return {"canonicalization": {"_target_": "canonical_network.canonicalization.image.GCNNCanonicalizer",
-                                     "num_layers": 3, "num_rotations": rotations, "freeze": False},
+                                     "num_layers": layers, "num_rotations": rotations, "freeze": False},
                 "prediction": {"_target_": "canonical_network.prediction.cnn.CNN"}}
 
-    for seed, (p4, p8) in enumerate([(5.0, 4.0), (5.2, 4.2)]):
+    for seed, (p4, p8, l1) in enumerate([(5.0, 4.0, 6.0), (5.2, 4.2, 6.4)]):
         write_run(runs, f"p4_{seed}", "rotmnist/cn_p4", seed, {"test/error": p4}, extra_config=canonicalizer(4))
         write_run(runs, f"p8_{seed}", "rotmnist/cn_p4", seed, {"test/error": p8}, extra_config=canonicalizer(8),
                   overrides=["canonicalization.num_rotations=8"])
+        # a 1-layer cell overrides both keys the table matches on (reproduce.sh rotmnist-table6)
+        write_run(runs, f"l1_{seed}", "rotmnist/cn_p4", seed, {"test/error": l1}, extra_config=canonicalizer(4, 1),
+                  overrides=["canonicalization.num_layers=1", "canonicalization.num_rotations=4"])
     text = report.build_report([runs], tmp_path / "out").read_text()
     table6 = text[text.index("### Table 6"):]
     row = next(line for line in table6.splitlines() if line.startswith("| 3 layers | p8 |"))
     assert "| 4.10 ± " in row and "| 2 |" in row
+    row = next(line for line in table6.splitlines() if line.startswith("| 1 layer | p4 |"))
+    assert "| 6.20 ± " in row and "| 2 |" in row
+    row = next(line for line in table6.splitlines() if line.startswith("| 3 layers | p4 |"))
+    assert "| 5.10 ± " in row  # the 1-layer runs are not pooled into the 3-layer cell
     table1 = text[text.index("### Table 1"):text.index("### Table 6")]
     row = next(line for line in table1.splitlines() if line.startswith("| CN(p4)-CNN |"))
     assert "| 5.10 ± " in row  # the p8 runs are not pooled into CN(p4)
