@@ -506,3 +506,4 @@ def test_group_order_trend_needs_three_orders_and_reads_the_slope(tmp_path):
     slope, half, _ = report.trend_interval(x, y)
     assert f"{slope:+.2f} ± {half:.2f} per doubling" in claim and "6 runs, 3 orders" in claim
     assert "**holds**" in claim and "(slope t)" in claim
+    assert "(3 layers, slope" in claim and "(1 layer, slope" not in text  # rows without runs: no claim
