@@ -10,6 +10,7 @@
 #   scripts/reproduce.sh nbody-long      # CN-GNN, its frozen row, EGNN and GNN at NBODY_LONG (3,000) epochs
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
 #   scripts/reproduce.sh pointclouds-cpu # every row of Table 4 at a CPU budget: 256 points, 1,000 clouds, 5 epochs
+#   scripts/reproduce.sh shapenet-cpu    # every row of Table 5b at that CPU budget, its 2 protocols, seeds 0-1
 #   scripts/reproduce.sh adapt-mnist     # the embedded adapt table (ResNet-18, upright train), ADAPT_EPOCHS, ADAPT_SEEDS
 #   scripts/reproduce.sh adapt-mnist-long  # its backbone and prior rows at 30 epochs
 #   scripts/reproduce.sh diagnose        # diagnose the trained Rotated MNIST checkpoints (docs/reproduction/diagnostics)
@@ -96,6 +97,10 @@ case "${1:-}" in
     for rotation in z/z z/so3 so3/so3; do
       run "${rotation//\//_}" "0 1" modelnet/pointnet modelnet/dgcnn modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \
         modelnet/cn_frozen_pointnet -- data.rotation="$rotation" trainer.max_epochs=30
+    done
+    for rotation in z/so3 so3/so3; do
+      run "${rotation//\//_}" "0 1" shapenet/pointnet shapenet/dgcnn shapenet/cn_l_pointnet shapenet/cn_nl_pointnet \
+        shapenet/cn_frozen_pointnet -- data.rotation="$rotation" trainer.max_epochs=30
     done ;;
   pointclouds-cpu)  # every row of Table 4 at a CPU budget: PC_POINTS points, PC_TRAIN training clouds, PC_EPOCHS
                     # epochs; seed 0 of every protocol before seed 1. PointNet rows first (minutes a run), then
@@ -130,6 +135,20 @@ case "${1:-}" in
           data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}"
       done
     done ;;
+  shapenet-cpu)  # the rows of Table 5b (part segmentation, synthetic shapes) at the CPU budget of pointclouds-cpu;
+                 # its two protocols, seed 0 before seed 1: the PointNet rows (~2.5 CPU-s a batch of 32), then
+                 # VN-PointNet (~12 s), then the DGCNN rows (docs/measurements.md)
+    pc=(data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}")
+    for rows in "shapenet/pointnet shapenet/cn_nl_pointnet shapenet/cn_l_pointnet shapenet/cn_frozen_pointnet" \
+                shapenet/vn_pointnet \
+                "shapenet/dgcnn shapenet/cn_nl_dgcnn shapenet/cn_l_dgcnn shapenet/cn_frozen_dgcnn" shapenet/vn_dgcnn; do
+      for seed in 0 1; do
+        for rotation in z/so3 so3/so3; do
+          # shellcheck disable=SC2086
+          run "cpu_${rotation//\//_}" "$seed" $rows -- data.rotation="$rotation" "${pc[@]}"
+        done
+      done
+    done ;;
   adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test
     run "" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/resnet18_aug adapt_mnist/cn_c8_resnet18 \
       adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs="${ADAPT_EPOCHS:-15}" ;;
@@ -149,5 +168,5 @@ case "${1:-}" in
     "$PY" scripts/collect_runs.py "$OUT" docs/reproduction/runs
     "$PY" -m canonical_network.report docs/reproduction/runs --out docs/reproduction --readme README.md ;;
   *)
-    sed -n '2,16p' "$0"; exit 2 ;;
+    awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2 ;;
 esac
