@@ -420,6 +420,37 @@ def render_table(name: str, spec: dict, cells: dict, comparable: bool) -> list[s
     return lines
 
 
+def floor_note(spec: dict, cells: dict) -> list[str]:
+    """Under a table of runs on the embedded synthetic shapes: what a predictor that ignores the points scores
+    on the same clouds (:mod:`canonical_network.trivial_baselines`) and every run at or below it, so "every row
+    learns" is read against a measured floor. Nothing for other data, or runs of several data configs."""
+    from canonical_network.trivial_baselines import SYNTHETIC_KEYS, synthetic_floor
+
+    runs = [run for cell in cells.values() for run in cell.runs]
+    if not runs or not all(str(r.get("config.data._target_", "")).endswith(".SyntheticShapesDataModule")
+                           for r in runs):
+        return []
+    configs = {tuple(r.get(f"config.data.{key}") for key in SYNTHETIC_KEYS) for r in runs}
+    if len(configs) != 1 or None in (config := next(iter(configs))):
+        return []
+    data_config = dict(zip(SYNTHETIC_KEYS, config, strict=True))
+    floor = synthetic_floor(data_config).get(spec["metric"].removeprefix("test/"))
+    if floor is None:
+        return []
+    value, digits = floor * spec.get("scale", 1.0), spec.get("digits", 2)
+    beaten = (lambda v: v < value) if spec.get("lower_is_better") else (lambda v: v > value)
+    at = [f"{row} ({spec['columns'][j]['name']}) seed {run.get('seed')}: {v:.{digits}f}"
+          for (row, j), cell in cells.items() for v, run in zip(cell.values, cell.runs, strict=True)
+          if not beaten(v)]
+    example = next(r.get("experiment") for r in runs)
+    command = " ".join([f"python -m canonical_network.trivial_baselines experiment={example}",
+                        *(f"data.{key}={data_config[key]}" for key in SYNTHETIC_KEYS if key != "task")])
+    return ["", "Floor: a predictor that ignores the points (the most frequent training "
+            + ("category" if data_config["task"] == "classification" else "part of the shape's category")
+            + f") scores **{value:.{digits}f}** on these test clouds (`{command}`). Runs at or below it: "
+            + ("; ".join(at) if at else "none") + "."]
+
+
 @dataclass(frozen=True)
 class ClaimCheck:
     """One claim checked on one data set and budget (``variant``: under an ablation run on both sides)."""
@@ -792,6 +823,7 @@ def build_report(folders: list[Path], out: Path) -> Path:
             table_sections += [f"### {spec['title']}", "",
                                f"Data: {group[0]}; budget: {group[1]}; metric: {unit}, {arrow}.", ""]
             table_sections += render_table(name, spec, cells, comparable)
+            table_sections += floor_note(spec, cells)
             bar = figures / f"{slug}_bars.png"
             _bar_chart(name, spec, cells, bar, comparable)
             table_sections += ["", f"![{spec['title']}]({FIGURES}/{bar.name})"]

@@ -507,3 +507,24 @@ def test_group_order_trend_needs_three_orders_and_reads_the_slope(tmp_path):
     assert f"{slope:+.2f} ± {half:.2f} per doubling" in claim and "6 runs, 3 orders" in claim
     assert "**holds**" in claim and "(slope t)" in claim
     assert "(3 layers, slope" in claim and "(1 layer, slope" not in text  # rows without runs: no claim
+
+
+def test_point_cloud_tables_on_the_embedded_shapes_show_the_floor_and_the_runs_at_it(tmp_path):
+    """The floor is the trivial predictor's score on the runs' own clouds; a run at or below it is named."""
+    from canonical_network.trivial_baselines import synthetic_floor
+
+    shapes = {"task": "classification", "num_train": 70, "num_val": 7, "num_test": 70, "num_points": 32,
+              "noise_std": 0.01, "data_seed": 0}
+    floor = 100 * synthetic_floor(shapes)["acc"]
+    runs = tmp_path / "runs"
+    for seed, acc in enumerate([floor / 100 - 0.01, 0.9]):  # seed 0 a point below the floor: not learned
+        write_run(runs, f"pn{seed}", "modelnet/pointnet", seed, {"test/acc": acc}, data=SHAPES,
+                  extra_config={"data": {"_target_": SHAPES, "rotation": "z/z", **shapes}})
+    text = report.build_report([runs], tmp_path / "out").read_text()
+    note = next(line for line in text.splitlines() if line.startswith("Floor:"))
+    assert f"scores **{floor:.1f}**" in note and "experiment=modelnet/pointnet data.num_train=70" in note
+    assert f"Runs at or below it: PointNet (z/z) seed 0: {floor - 1:.1f}." in note  # seed 1 (90 %) is not
+    # runs of two data configs in one table (here: two noise levels) get no floor line
+    write_run(runs, "pn_noisy", "modelnet/pointnet", 2, {"test/acc": 0.5}, data=SHAPES,
+              extra_config={"data": {"_target_": SHAPES, "rotation": "z/z", **shapes, "noise_std": 0.05}})
+    assert "Floor:" not in report.build_report([runs], tmp_path / "out2").read_text()

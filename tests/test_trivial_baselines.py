@@ -1,24 +1,18 @@
-"""scripts/trivial_baselines.py: the score a point-cloud row must clear to have learned anything."""
+"""canonical_network.trivial_baselines: the score a point-cloud row must clear to have learned anything."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 import torch
 
-from canonical_network.utils.config import PROJECT_ROOT
-
-SCRIPT = PROJECT_ROOT / "scripts" / "trivial_baselines.py"
+from canonical_network import trivial_baselines
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("trivial_baselines", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return trivial_baselines
 
 
 def test_majority_classification_predicts_the_most_frequent_training_label(script):
@@ -63,6 +57,10 @@ def test_main_on_the_embedded_shapes(script, capsys):
     scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert scores["task"] == "segmentation"
     assert 0.05 < scores["class_miou"] < 0.6 and 0.05 < scores["instance_miou"] < 0.6
+    # the report's floor, from the data keys a run records, is the same number
+    record = {"task": "segmentation", "num_train": 70, "num_val": 7, "num_test": 70, "num_points": 32,
+              "noise_std": 0.01, "data_seed": 0}
+    assert script.synthetic_floor(record)["class_miou"] == scores["class_miou"]
 
 
 def test_main_refuses_an_experiment_that_is_not_a_point_cloud_task(script):

@@ -1,13 +1,14 @@
 """The score of a predictor that never looks at the points: the floor a point-cloud row must clear to have learned.
 
-    python scripts/trivial_baselines.py experiment=shapenet/pointnet data.num_points=256 data.num_train=1000
-    python scripts/trivial_baselines.py experiment=modelnet/pointnet data.num_points=256 data.num_train=1000
+    python -m canonical_network.trivial_baselines experiment=shapenet/pointnet data.num_points=256 data.num_train=1000
+    python -m canonical_network.trivial_baselines experiment=modelnet/pointnet data.num_points=256 data.num_train=1000
 
 Composes the training config of those overrides (the same data, sizes and seed as the run) and builds its data.
 Classification: every test cloud gets the most frequent training category (test accuracy and class-mean
 accuracy). Part segmentation: every point gets the most frequent training part of its shape's category (the
 category is an input of the segmentation task), scored with the task's own mIoU metric. Neither depends on the
 rotation protocol: the prediction ignores the coordinates. Prints one JSON object (scores in [0, 1]).
+The report puts this floor under its point-cloud tables on the embedded shapes (:func:`synthetic_floor`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def compose_data(overrides: list[str]):
 def columns(dataset) -> list[torch.Tensor]:
     """The fields of every item of a split, stacked: (points, label) or (points, category, part labels)."""
     batches = list(torch.utils.data.DataLoader(dataset, batch_size=256, shuffle=False))
-    return [torch.cat(field) for field in zip(*batches)]
+    return [torch.cat(field) for field in zip(*batches, strict=True)]
 
 
 def majority_classification(train_labels: torch.Tensor, test_labels: torch.Tensor, num_classes: int) -> dict:
@@ -79,20 +80,38 @@ def majority_segmentation(train_categories, train_parts, test_categories, test_p
     return {key: float(value) for key, value in metric.compute().items()}
 
 
+def scores(data, task: str, num_classes: int, category_parts, num_parts: int) -> dict:
+    """The floor of a set-up point-cloud data module: :func:`majority_classification` or
+    :func:`majority_segmentation` of its train and test splits."""
+    train, test = columns(data.splits["train"]), columns(data.splits["test"])
+    if task == "classification":
+        return majority_classification(train[1], test[1], num_classes)
+    return majority_segmentation(train[1], train[2], test[1], test[2], category_parts, num_parts)
+
+
+#: the record keys (``config.data.<key>``) that decide the embedded shapes' train and test clouds
+SYNTHETIC_KEYS = ("task", "num_train", "num_val", "num_test", "num_points", "noise_std", "data_seed")
+
+
+def synthetic_floor(data_config: dict) -> dict:
+    """The floor of the embedded synthetic shapes built with ``data_config`` (the :data:`SYNTHETIC_KEYS` of
+    a run's data config); the rotation protocol does not change it."""
+    from canonical_network.data.synthetic_shapes import SyntheticShapesDataModule
+
+    data = SyntheticShapesDataModule(**{key: data_config[key] for key in SYNTHETIC_KEYS if key in data_config})
+    data.setup("fit")
+    return scores(data, data.task, data.num_classes, data.category_parts, data.num_parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     overrides = list(sys.argv[1:] if argv is None else argv)
     if not overrides or any(o in ("-h", "--help") for o in overrides):
         print(__doc__)
         return 0 if overrides else 2
     data, info = compose_data(overrides)
-    train, test = columns(data.splits["train"]), columns(data.splits["test"])
-    if info.task == "classification":
-        scores = majority_classification(train[1], test[1], int(info.num_classes))
-    else:
-        scores = majority_segmentation(train[1], train[2], test[1], test[2], info.category_parts,
-                                       int(info.num_parts))
-    print(json.dumps({"overrides": overrides, "task": info.task, "num_train": len(train[0]),
-                      "num_test": len(test[0]), **scores}))
+    floor = scores(data, info.task, int(info.num_classes), info.category_parts, int(info.num_parts))
+    print(json.dumps({"overrides": overrides, "task": info.task, "num_train": len(data.splits["train"]),
+                      "num_test": len(data.splits["test"]), **floor}))
     return 0
 
 
