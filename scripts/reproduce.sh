@@ -38,6 +38,17 @@ run() {  # run <variant or ""> <seeds> <experiments...> -- <overrides...>
   "$PY" scripts/run_protocol.py "${args[@]}" --experiments "${experiments[@]}" -- "${COMMON[@]}" "$@" $EXTRA
 }
 
+# the CPU budget of the point-cloud tables (pointclouds-cpu, shapenet-cpu)
+PC=(data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}")
+pc_run() {  # pc_run "<protocols>" <rows...>: seed 0 of every protocol, then seed 1, at the CPU budget
+  local protocols="$1" seed rotation; shift
+  for seed in 0 1; do
+    for rotation in $protocols; do
+      run "cpu_${rotation//\//_}" "$seed" "$@" -- data.rotation="$rotation" "${PC[@]}"
+    done
+  done
+}
+
 ROTMNIST_ROWS=(rotmnist/cn_p64 rotmnist/cnn rotmnist/cnn_aug rotmnist/cn_pca rotmnist/cn_p4_frozen rotmnist/cn_p4
                rotmnist/cn_pretrained)
 NBODY_ROWS=(nbody/cn_gnn nbody/gnn nbody/egnn nbody/linear nbody/cn_gnn_o3 nbody/cn_gnn_frozen)
@@ -103,53 +114,22 @@ case "${1:-}" in
       run "${rotation//\//_}" "0 1" shapenet/pointnet shapenet/dgcnn shapenet/cn_l_pointnet shapenet/cn_nl_pointnet \
         shapenet/cn_frozen_pointnet -- data.rotation="$rotation" trainer.max_epochs=30
     done ;;
-  pointclouds-cpu)  # every row of Table 4 at a CPU budget: PC_POINTS points, PC_TRAIN training clouds, PC_EPOCHS
-                    # epochs; seed 0 of every protocol before seed 1. PointNet rows first (minutes a run), then
-                    # VN-PointNet, then the DGCNN rows (docs/measurements.md: ~12 CPU-min a DGCNN run, ~27 VN-DGCNN)
-    for seed in 0 1; do
-      for rotation in z/z z/so3 so3/so3; do
-        run "cpu_${rotation//\//_}" "$seed" modelnet/pointnet modelnet/cn_l_pointnet modelnet/cn_nl_pointnet modelnet/cn_frozen_pointnet \
-          -- data.rotation="$rotation" data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" \
-          trainer.max_epochs="${PC_EPOCHS:-5}"
-      done
-    done
+  pointclouds-cpu)  # every row of Table 4 at the CPU budget (PC: PC_POINTS points, PC_TRAIN training clouds, PC_EPOCHS
+                    # epochs): the PointNet rows (minutes a run), VN-PointNet (~3 s a batch of 32 on one core), the
+                    # DGCNN rows (~4 s), VN-DGCNN (~9 s) (docs/measurements.md)
+    pc_run "z/z z/so3 so3/so3" modelnet/pointnet modelnet/cn_l_pointnet modelnet/cn_nl_pointnet modelnet/cn_frozen_pointnet
     # seed 1 of CN(L)-PointNet under SO(3)/SO(3) diverges (NaN at step 17, SGD lr 0.1; kept as a failed run):
     # seed 2 gives that cell its second value
-    run cpu_so3_so3 2 modelnet/cn_l_pointnet -- data.rotation=so3/so3 data.num_points="${PC_POINTS:-256}" \
-      data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}"
-    # VN-PointNet (~3 s a batch of 32 on one core: ~10 min a run) after the rows above, same budget
-    for seed in 0 1; do
-      for rotation in z/z z/so3 so3/so3; do
-        run "cpu_${rotation//\//_}" "$seed" modelnet/vn_pointnet -- data.rotation="$rotation" \
-          data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}"
-      done
-    done
-    # the DGCNN rows (~4 s a batch of 32 on one core, VN-DGCNN ~9 s): DGCNN and the CN rows, then VN-DGCNN
-    for seed in 0 1; do
-      for rotation in z/z z/so3 so3/so3; do
-        run "cpu_${rotation//\//_}" "$seed" modelnet/dgcnn modelnet/cn_nl_dgcnn modelnet/cn_l_dgcnn modelnet/cn_frozen_dgcnn \
-          -- data.rotation="$rotation" data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" \
-          trainer.max_epochs="${PC_EPOCHS:-5}"
-      done
-      for rotation in z/z z/so3 so3/so3; do
-        run "cpu_${rotation//\//_}" "$seed" modelnet/vn_dgcnn -- data.rotation="$rotation" \
-          data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}"
-      done
-    done ;;
-  shapenet-cpu)  # the rows of Table 5b (part segmentation, synthetic shapes) at the CPU budget of pointclouds-cpu;
-                 # its two protocols, seed 0 before seed 1: the PointNet rows (~2.5 CPU-s a batch of 32), then
-                 # VN-PointNet (~12 s), then the DGCNN rows (docs/measurements.md)
-    pc=(data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}")
-    for rows in "shapenet/pointnet shapenet/cn_nl_pointnet shapenet/cn_l_pointnet shapenet/cn_frozen_pointnet" \
-                shapenet/vn_pointnet \
-                "shapenet/dgcnn shapenet/cn_nl_dgcnn shapenet/cn_l_dgcnn shapenet/cn_frozen_dgcnn" shapenet/vn_dgcnn; do
-      for seed in 0 1; do
-        for rotation in z/so3 so3/so3; do
-          # shellcheck disable=SC2086
-          run "cpu_${rotation//\//_}" "$seed" $rows -- data.rotation="$rotation" "${pc[@]}"
-        done
-      done
-    done ;;
+    run cpu_so3_so3 2 modelnet/cn_l_pointnet -- data.rotation=so3/so3 "${PC[@]}"
+    pc_run "z/z z/so3 so3/so3" modelnet/vn_pointnet
+    pc_run "z/z z/so3 so3/so3" modelnet/dgcnn modelnet/cn_nl_dgcnn modelnet/cn_l_dgcnn modelnet/cn_frozen_dgcnn
+    pc_run "z/z z/so3 so3/so3" modelnet/vn_dgcnn ;;
+  shapenet-cpu)  # every row of Table 5b (part segmentation, synthetic shapes) at the same budget, its two protocols:
+                 # the PointNet rows (~2.5 CPU-s a batch of 32), VN-PointNet (~12 s), the DGCNN rows, VN-DGCNN
+    pc_run "z/so3 so3/so3" shapenet/pointnet shapenet/cn_nl_pointnet shapenet/cn_l_pointnet shapenet/cn_frozen_pointnet
+    pc_run "z/so3 so3/so3" shapenet/vn_pointnet
+    pc_run "z/so3 so3/so3" shapenet/dgcnn shapenet/cn_nl_dgcnn shapenet/cn_l_dgcnn shapenet/cn_frozen_dgcnn
+    pc_run "z/so3 so3/so3" shapenet/vn_dgcnn ;;
   adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test
     run "" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/resnet18_aug adapt_mnist/cn_c8_resnet18 \
       adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs="${ADAPT_EPOCHS:-15}" ;;
