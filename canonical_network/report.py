@@ -128,6 +128,10 @@ CLAIMS: list[Claim] = [
           ("PointNet", 1), source="Table 4"),
     Claim("CN(NL)-DGCNN beats DGCNN under z/SO(3)", "modelnet_table", ("CN(NL)-DGCNN", 1), ("DGCNN", 1),
           source="Table 4"),
+    Claim("CN(NL)-PointNet beats PointNet under z/SO(3)", "shapenet_table", ("CN(NL)-PointNet", 0),
+          ("PointNet", 0), source="Table 5b"),
+    Claim("CN(NL)-DGCNN beats DGCNN under z/SO(3)", "shapenet_table", ("CN(NL)-DGCNN", 0), ("DGCNN", 0),
+          source="Table 5b"),
     *_invariance_claims(),
     # Mondal et al. (NeurIPS 2023) at small scale on the embedded digits: what the prior is for (issue 16)
     Claim("The prior keeps upright accuracy: CN(C8)+prior within 1 point of the ResNet-18 alone",

@@ -528,3 +528,17 @@ def test_point_cloud_tables_on_the_embedded_shapes_show_the_floor_and_the_runs_a
     write_run(runs, "pn_noisy", "modelnet/pointnet", 2, {"test/acc": 0.5}, data=SHAPES,
               extra_config={"data": {"_target_": SHAPES, "rotation": "z/z", **shapes, "noise_std": 0.05}})
     assert "Floor:" not in report.build_report([runs], tmp_path / "out2").read_text()
+
+
+def test_table5b_checks_that_the_canonicalized_pointnet_beats_pointnet_under_z_so3(tmp_path):
+    runs = tmp_path / "runs"
+    for seed, (cn, pn) in enumerate([(0.67, 0.34), (0.70, 0.36)]):
+        for name, experiment, miou in (("cn", "shapenet/cn_nl_pointnet", cn), ("pn", "shapenet/pointnet", pn)):
+            write_run(runs, f"{name}{seed}", experiment, seed, {"test/class_miou": miou}, data=SHAPES,
+                      extra_config={"data": {"_target_": SHAPES, "rotation": "z/so3"}})
+    text = report.build_report([runs], tmp_path / "out").read_text()
+    claim = next(line for line in text.splitlines()
+                 if line.startswith("| CN(NL)-PointNet beats PointNet under z/SO(3) (Table 5b)"))
+    assert "+33.5 ± " in claim and "| 2, 2 |" in claim and "**holds**" in claim
+    # no DGCNN run: its claim is not shown
+    assert "CN(NL)-DGCNN beats DGCNN under z/SO(3) (Table 5b)" not in text
