@@ -25,13 +25,12 @@ def compose_data(overrides: list[str]):
     from hydra.core.global_hydra import GlobalHydra
     from hydra.utils import instantiate
 
+    from canonical_network.data.pointclouds import PointCloudDataModule
     from canonical_network.utils.config import CONFIG_DIR
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
-    from canonical_network.data.pointclouds import PointCloudDataModule
-
     data = instantiate(cfg.data)
     if not isinstance(data, PointCloudDataModule):
         raise SystemExit(f"not a point-cloud experiment (data: {type(data).__name__}); give "
