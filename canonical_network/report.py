@@ -111,6 +111,7 @@ CLAIMS: list[Claim] = [
     # built to match CN(p4)-CNN's parameters; paper 2.41 vs 2.36), "the optimization version does not perform
     # as well, even if it is still better than the non-equivariant baseline", and "a fixed canonicalization
     # function technique like PCA or [...] frozen parameters improves performance over the CNN baseline"
+    # (0.5 points: the tolerance of the other "does as well" claim, Table 2's, so both read alike)
     Claim("Comparable to a G-CNN of equal parameters: CN(p4)-CNN within 0.5 points of G-CNN (p4 & = params)",
           "rotmnist_table1", ("CN(p4)-CNN", 0), ("G-CNN (p4 & = params)", 0), relation="equal", tolerance=0.5,
           source="Table 1"),

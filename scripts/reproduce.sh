@@ -4,7 +4,7 @@
 #
 #   scripts/reproduce.sh rotmnist        # Tables 1-2 rows, 100 epochs (App. G.1 early stopping), seeds 0-2
 #   scripts/reproduce.sh rotmnist-ablations
-#   scripts/reproduce.sh rotmnist-gcnn   # Table 1's G-CNN rows and CN(OPT), seeds 0-2: a GPU's stage (EXTRA="trainer=gpu")
+#   scripts/reproduce.sh rotmnist-gcnn   # Table 1's G-CNN rows and CN(OPT), seeds 0-2: for a GPU (EXTRA="trainer=gpu")
 #   scripts/reproduce.sh nbody           # the 7 rows of Table 3, 1,000 epochs (FA-GNN: FA_EPOCHS), seeds 0-1 (2: CN-GNN, EGNN)
 #   scripts/reproduce.sh nbody-ablations
 #   scripts/reproduce.sh rotmnist-table6 # Table 6 at the same protocol: 3-layer p8-p32, then 1 and 2 layers, seeds 0-2
