@@ -141,8 +141,10 @@ case "${1:-}" in
     pc_run "0 1" "z/so3 so3/so3" shapenet/vn_dgcnn
     # the VN rows learn slowest (~2.5 mIoU above the floor at 5 epochs): the same runs at 12 epochs (adam_step keeps
     # the rate constant for 20 epochs, so a 5-epoch run continued to 12 is this run), ~85 min each on one core
-    run cpu_z_so3_ep12 0 shapenet/vn_dgcnn shapenet/vn_pointnet -- data.rotation=z/so3 \
-      data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs=12 ;;
+    for rotation in z/so3 so3/so3; do
+      run "cpu_${rotation//\//_}_ep12" 0 shapenet/vn_dgcnn shapenet/vn_pointnet -- data.rotation="$rotation" \
+        data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs=12
+    done ;;
   adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test
     run "" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/resnet18_aug adapt_mnist/cn_c8_resnet18 \
       adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs="${ADAPT_EPOCHS:-15}" ;;
