@@ -44,7 +44,8 @@ run() {  # run <variant or ""> <seeds> <experiments...> -- <overrides...>
 FAILED_CALLS=0
 
 # the CPU budget of the point-cloud tables (pointclouds-cpu, shapenet-cpu)
-PC=(data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs="${PC_EPOCHS:-5}")
+PC_DATA=(data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}")
+PC=("${PC_DATA[@]}" trainer.max_epochs="${PC_EPOCHS:-5}")
 pc_run() {  # pc_run "<seeds>" "<protocols>" <rows...>: each seed in turn over every protocol, at the CPU budget
   local seeds="$1" protocols="$2" seed rotation; shift 2
   for seed in $seeds; do
@@ -139,11 +140,11 @@ case "${1:-}" in
     pc_run "0 1" "z/so3 so3/so3" shapenet/vn_pointnet
     pc_run "0 1" "z/so3 so3/so3" shapenet/dgcnn shapenet/cn_nl_dgcnn shapenet/cn_l_dgcnn shapenet/cn_frozen_dgcnn
     pc_run "0 1" "z/so3 so3/so3" shapenet/vn_dgcnn
-    # the VN rows learn slowest (~2.5 mIoU above the floor at 5 epochs): the same runs at 12 epochs (adam_step keeps
+    # the VN rows learn slowest (2-3 mIoU above the floor at 5 epochs): the same runs at 12 epochs (adam_step keeps
     # the rate constant for 20 epochs, so a 5-epoch run continued to 12 is this run), ~85 min each on one core
     for rotation in z/so3 so3/so3; do
       run "cpu_${rotation//\//_}_ep12" 0 shapenet/vn_dgcnn shapenet/vn_pointnet -- data.rotation="$rotation" \
-        data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}" trainer.max_epochs=12
+        "${PC_DATA[@]}" trainer.max_epochs=12
     done ;;
   adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test
     run "" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/resnet18_aug adapt_mnist/cn_c8_resnet18 \
