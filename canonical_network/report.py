@@ -89,7 +89,8 @@ def _invariance_claims() -> list[Claim]:
     for table, source, a_col, b_col in (("modelnet_table", "Table 4", 1, 0), ("shapenet_table", "Table 5b", 0, 1)):
         spec = paper_tables()[table]
         a_name, b_name = spec["columns"][a_col]["name"], spec["columns"][b_col]["name"]
-        # z/z and z/SO(3) train alike (the same seed gives the same model): Table 4's pair is paired by seed
+        # z/z and z/SO(3) train alike (the same seed in the same environment gives the same model): Table 4's
+        # pair is paired by seed
         rotations = {spec["columns"][c]["match"].get("config.data.rotation") for c in (a_col, b_col)}
         paired = rotations == {"z/z", "z/so3"}
         for row in (r["name"] for r in spec["rows"] if r["name"].startswith(("CN(", "VN-"))):
@@ -231,11 +232,19 @@ def trend_interval(x: list[float], y: list[float]) -> tuple[float, float | None,
     return slope, t_quantile(n - 2) * se, float(2 * stats.t.sf(abs(slope) / se, n - 2))
 
 
+def _training_environment(run: dict) -> tuple:
+    """What makes one seed's training reproducible bit for bit: the machine, the device and the torch build
+    (a GPU, or another CPU's rounding, trains a different model from the same seed)."""
+    return tuple(run.get(f"environment.{key}") for key in ("machine", "device", "torch"))
+
+
 def _pairs(a, b) -> tuple[list[float], list[float]]:
-    """The values of two cells' completed runs of the same seed (runs without a seed are left out)."""
-    a_by_seed, b_by_seed = ({run.get("seed"): v for run, v in zip(c.runs, c.values, strict=True)} for c in (a, b))
-    seeds = [s for s in b_by_seed if s is not None and s in a_by_seed]
-    return [a_by_seed[s] for s in seeds], [b_by_seed[s] for s in seeds]
+    """The values of two cells' completed runs of the same seed trained in the same environment: only there is
+    the seed the same model (runs without a seed, or whose partner trained elsewhere, are left out)."""
+    a_by_key, b_by_key = ({(run.get("seed"), _training_environment(run)): v
+                           for run, v in zip(c.runs, c.values, strict=True)} for c in (a, b))
+    keys = [k for k in b_by_key if k[0] is not None and k in a_by_key]
+    return [a_by_key[k] for k in keys], [b_by_key[k] for k in keys]
 
 
 def verdict(claim: Claim, diff: float, half: float | None, lower_is_better: bool) -> str:

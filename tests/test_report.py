@@ -16,14 +16,14 @@ SHAPES = "canonical_network.data.synthetic_shapes.SyntheticShapesDataModule"
 
 
 def write_run(root, name, experiment, seed, metrics, overrides=(), data=MNIST5K, max_epochs=100, epochs=49,
-              curve=None, extra_config=None, best_val=None):
+              curve=None, extra_config=None, best_val=None, environment=None):
     folder = root / name
     (folder / "csv").mkdir(parents=True)
     config = {"data": {"_target_": data}, "trainer": {"max_epochs": max_epochs}, **(extra_config or {})}
     record = {"experiment": experiment, "status": "completed", "seed": seed, "metrics": metrics,
               "overrides": [f"experiment={experiment}", f"seed={seed}", *overrides], "epochs": epochs,
               "wall_time_s": 60.0, "config": config,
-              "environment": {"machine": "Test CPU, 2 cores, CPU"}, "best_val": best_val or {}}
+              "environment": environment or {"machine": "Test CPU, 2 cores, CPU"}, "best_val": best_val or {}}
     write_results(folder, record)
     lines = ["epoch,step,val/error,val/acc"] + [f"{e},{10 * e},{v},{1 - v / 100}" for e, v in (curve or [])]
     (folder / "csv" / "metrics.csv").write_text("\n".join(lines) + "\n")
@@ -352,6 +352,28 @@ def test_z_so3_equals_z_z_is_paired_by_seed(tmp_path):
     assert welch_half > 1.0  # the unpaired test would have left it unresolved
     claim = next(line for line in text.splitlines() if line.startswith("| CN(NL)-PointNet beats PointNet"))
     assert "(paired t)" not in claim and "2, 2" in claim
+
+
+def test_a_seed_trained_in_two_environments_is_no_pair(tmp_path):
+    """A seed trained on a GPU for z/z and on a CPU for z/SO(3) is two different models: no pair."""
+    runs = tmp_path / "runs"
+    cpu = {"machine": "Test CPU, 2 cores, CPU", "device": "CPU", "torch": "2.0"}
+    gpu = {"machine": "Test host, 16 cores, Test GPU", "device": "Test GPU", "torch": "2.0"}
+    for seed, acc, z_so3_shift, z_z_env in ((0, 0.60, 0.0, cpu), (1, 0.90, 0.0, cpu), (2, 0.70, -0.05, gpu)):
+        for rotation, shift, env in (("z/z", 0.0, z_z_env), ("z/so3", z_so3_shift, cpu)):
+            write_run(runs, f"cn{seed}_{rotation.replace('/', '_')}", "modelnet/cn_nl_pointnet", seed,
+                      {"test/acc": acc + shift}, data=SHAPES, environment=env,
+                      extra_config={"data": {"_target_": SHAPES, "rotation": rotation}})
+    lines = report.build_report([runs], tmp_path / "out").read_text().splitlines()
+    claim = next(line for line in lines if line.startswith("| CN(NL)-PointNet: z/SO(3) = z/z"))
+    assert "2 pairs" in claim and "+0.0 ± 0.0" in claim and "**holds**" in claim
+    # the same three seeds, all on the CPU: seed 2's 5-point gap is a pair, and the check cannot hold
+    write_run(runs, "cn2_z_z_cpu", "modelnet/cn_nl_pointnet", 2, {"test/acc": 0.70}, data=SHAPES,
+              environment=cpu, extra_config={"data": {"_target_": SHAPES, "rotation": "z/z"}})
+    (runs / "cn2_z_z" / "results.json").unlink()
+    lines = report.build_report([runs], tmp_path / "out2").read_text().splitlines()
+    claim = next(line for line in lines if line.startswith("| CN(NL)-PointNet: z/SO(3) = z/z"))
+    assert "3 pairs" in claim and "**holds**" not in claim
 
 
 def test_a_variant_that_moves_digits_between_splits_is_not_compared_with_the_default(tmp_path):
