@@ -11,7 +11,7 @@
 #   scripts/reproduce.sh nbody-long      # CN-GNN, its frozen row, EGNN and GNN at NBODY_LONG (3,000) epochs
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
 #   scripts/reproduce.sh pointclouds-cpu # every row of Table 4 at a CPU budget: 256 points, 1,000 clouds, 5 epochs
-#   scripts/reproduce.sh shapenet-cpu    # every row of Table 5b at that CPU budget, its 2 protocols, seeds 0-1
+#   scripts/reproduce.sh shapenet-cpu    # every row of Table 5b at that CPU budget, its 2 protocols, seeds 0-2
 #   scripts/reproduce.sh adapt-mnist     # the embedded adapt table (ResNet-18, upright train), ADAPT_EPOCHS, ADAPT_SEEDS
 #   scripts/reproduce.sh adapt-mnist-long  # its backbone and prior rows at 30 epochs
 #   scripts/reproduce.sh diagnose        # diagnose the trained Rotated MNIST checkpoints (docs/reproduction/diagnostics)
@@ -132,18 +132,20 @@ case "${1:-}" in
     pc_run "0 1" "z/z z/so3 so3/so3" modelnet/vn_pointnet
     # a third seed of the cheap PointNet rows (n = 2 leaves the paired z/SO(3) = z/z checks a t of 12.7)
     pc_run 2 "z/z z/so3 so3/so3" "${pointnet_rows[@]}"
-    pc_run "0 1" "z/z z/so3 so3/so3" modelnet/dgcnn modelnet/cn_nl_dgcnn modelnet/cn_l_dgcnn modelnet/cn_frozen_dgcnn
-    pc_run "0 1" "z/z z/so3 so3/so3" modelnet/vn_dgcnn ;;
+    # the DGCNN-backbone rows take 20-30 min a run on one core, 25-50 s on an H100 (EXTRA="trainer=gpu")
+    pc_run "0 1 2" "z/z z/so3 so3/so3" modelnet/dgcnn modelnet/cn_nl_dgcnn modelnet/cn_l_dgcnn modelnet/cn_frozen_dgcnn
+    pc_run "0 1 2" "z/z z/so3 so3/so3" modelnet/vn_dgcnn ;;
   shapenet-cpu)  # every row of Table 5b (part segmentation, synthetic shapes) at the same budget, its two protocols:
                  # the PointNet rows (~2.5 CPU-s a batch of 32), VN-PointNet (~12 s), the DGCNN rows, VN-DGCNN
     pc_run "0 1" "z/so3 so3/so3" shapenet/pointnet shapenet/cn_nl_pointnet shapenet/cn_l_pointnet shapenet/cn_frozen_pointnet
-    pc_run "0 1" "z/so3 so3/so3" shapenet/vn_pointnet
-    pc_run "0 1" "z/so3 so3/so3" shapenet/dgcnn shapenet/cn_nl_dgcnn shapenet/cn_l_dgcnn shapenet/cn_frozen_dgcnn
-    pc_run "0 1" "z/so3 so3/so3" shapenet/vn_dgcnn
+    pc_run "0 1 2" "z/so3 so3/so3" shapenet/vn_pointnet
+    pc_run "0 1 2" "z/so3 so3/so3" shapenet/dgcnn shapenet/cn_nl_dgcnn shapenet/cn_l_dgcnn shapenet/cn_frozen_dgcnn
+    pc_run "0 1 2" "z/so3 so3/so3" shapenet/vn_dgcnn
     # the VN rows learn slowest (2-3 mIoU above the floor at 5 epochs): the same runs at 12 epochs (adam_step keeps
-    # the rate constant for 20 epochs, so a 5-epoch run continued to 12 is this run), ~85 min each on one core
+    # the rate constant for 20 epochs, so a 5-epoch run continued to 12 is this run), ~85 min each on one core, ~1 min
+    # on an H100
     for rotation in z/so3 so3/so3; do
-      run "cpu_${rotation//\//_}_ep12" 0 shapenet/vn_dgcnn shapenet/vn_pointnet -- data.rotation="$rotation" \
+      run "cpu_${rotation//\//_}_ep12" "0 1" shapenet/vn_dgcnn shapenet/vn_pointnet -- data.rotation="$rotation" \
         "${PC_DATA[@]}" trainer.max_epochs=12
     done ;;
   adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test
