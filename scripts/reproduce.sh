@@ -132,7 +132,7 @@ case "${1:-}" in
     pc_run "0 1" "z/z z/so3 so3/so3" modelnet/vn_pointnet
     # a third seed of the cheap PointNet rows (n = 2 leaves the paired z/SO(3) = z/z checks a t of 12.7)
     pc_run 2 "z/z z/so3 so3/so3" "${pointnet_rows[@]}"
-    # the DGCNN-backbone rows take 20-30 min a run on one core, 25-50 s on an H100 (EXTRA="trainer=gpu")
+    # the DGCNN-backbone rows take 20-30 min a run on one core, 23-50 s on an H100 (EXTRA="trainer=gpu")
     pc_run "0 1 2" "z/z z/so3 so3/so3" modelnet/dgcnn modelnet/cn_nl_dgcnn modelnet/cn_l_dgcnn modelnet/cn_frozen_dgcnn
     pc_run "0 1 2" "z/z z/so3 so3/so3" modelnet/vn_dgcnn ;;
   shapenet-cpu)  # every row of Table 5b (part segmentation, synthetic shapes) at the same budget, its two protocols:
