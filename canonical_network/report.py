@@ -10,8 +10,9 @@ Every ``results.json`` below the folders is one run (``canonical_network.train``
   paper's mean, and Δ — one table per data set and epoch cap, so runs of different budgets or data are
   never pooled, and no Δ is printed against the paper for a data set the paper did not use;
 * the paper's claims (:data:`CLAIMS`) as checks: *holds*, *does not hold* or *not resolved*, from the
-  difference of two cells and its 95 % Welch interval (a claim is resolved only when the interval
-  excludes the other answer; n < 2 on either side never resolves);
+  difference of two cells and its 95 % Welch interval (paired t over the seeds trained in the same
+  environment for Table 4's z/SO(3) = z/z checks, the slope's t interval for a trend); a claim is resolved
+  only when the interval excludes the other answer, and n < 2 on either side never resolves;
 * runs that change a row's own config (ablations: any override beyond seed, budget, logging and run
   folder) grouped by those overrides, apart from the paper tables; one that moves digits between the
   splits (``SPLIT_OVERRIDES``) is tested on other digits, so it is compared with its row's default only
@@ -831,8 +832,9 @@ def build_report(folders: list[Path], out: Path) -> Path:
         + " ".join(str(f) for f in folders) + f" --out {out}` from {len(runs)} runs "
         f"({len(completed)} completed; {total_wall / 3600:.1f} h of training in all). Ours: mean ± 95 % "
         "confidence interval over seeds (Student t; none for n = 1). Paper: mean ± std as published. "
-        "A claim *holds* or *does not hold* only when the 95 % Welch interval of the difference excludes "
-        "the other answer; otherwise it is *not resolved*. Runs of different data sets or epoch caps are "
+        "A claim *holds* or *does not hold* only when the 95 % interval of the difference (Welch; paired t "
+        "where the claim says pairs; the slope's t interval for a trend) excludes the other answer; otherwise "
+        "it is *not resolved*. Runs of different data sets or epoch caps are "
         "never pooled: each gets its own table.",
         "",
     ]
@@ -927,8 +929,9 @@ def headline(report_text: str, report_link: str) -> list[str]:
         title = lines[table].removeprefix("### ")
         body += [f"**{title}**", ""] + _section(lines, table + 1)[1:] + [""]
     claims = lines.index("## The paper's claims")
-    body += ["**The paper's claims** (and the adapt table's): *holds* / *does not hold* only when the 95 % Welch "
-             "interval of the difference excludes the other answer.", ""] + _section(lines, claims + 1)[1:]
+    body += ["**The paper's claims** (and the adapt table's): *holds* / *does not hold* only when the 95 % "
+             "interval of the difference (Welch, paired t or slope t, as the p column says) excludes the other "
+             "answer.", ""] + _section(lines, claims + 1)[1:]
     return body
 
 
