@@ -38,7 +38,13 @@ from canonical_network.diagnostics.symmetries import GROUP_CHOICES, symmetry_for
 from canonical_network.utils import checkpoints
 from canonical_network.utils.checks import ConfigError, check_choice, check_int, check_number
 from canonical_network.utils.config import CONFIG_DIR
-from canonical_network.utils.runs import command_overrides, environment, instantiate_loggers, prepare_process
+from canonical_network.utils.runs import (
+    command_overrides,
+    environment,
+    instantiate_loggers,
+    prepare_process,
+    save_hydra_record,
+)
 
 log = logging.getLogger("canonical_network.diagnose")
 
@@ -124,6 +130,7 @@ def run(cfg: DictConfig) -> dict:
     """Diagnose the configured model; write ``diagnostics.json`` and figures; return the results."""
     settings = _settings(cfg)
     output_dir = Path(cfg.paths.output_dir)
+    save_hydra_record(cfg, output_dir)
     prepare_process(cfg, output_dir)
     device = settings.device
     if device == "auto":

@@ -34,6 +34,7 @@ from canonical_network.records import EVALUATED, EVALUATED_CHECKPOINT_KEY, RESUL
 from canonical_network.utils.checkpoints import (
     check_architecture_unchanged,
     check_overrides,
+    check_targets,
     load_checkpoint,
     load_weights,
     require_run_config,
@@ -50,6 +51,7 @@ from canonical_network.utils.runs import (
     prepare_process,
     remove_unused_run_folder,
     run_record,
+    save_hydra_record,
 )
 
 log = logging.getLogger("canonical_network.evaluate")
@@ -81,12 +83,26 @@ def register_run_config(stored: dict[str, Any]) -> None:
     store.store(group="trainer", name=FROM_CHECKPOINT, node=stored.get("trainer") or {})
 
 
+def trusted_from_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """The targets a command line's ``trusted_targets=[a.B,c.D]`` names (empty without one)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    trusted: list[str] = []
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        if override.key_or_group == "trusted_targets" and not override.is_delete():
+            value = override.value()
+            trusted += [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    return trusted
+
+
 def prepare(ckpt_path: str | Path, overrides: list[str]) -> dict[str, Any]:
-    """Read the run config of ``ckpt_path``, check ``overrides`` against it and register it for composing;
-    returns it. Nothing is created: a missing file, a checkpoint without a run config or a refused
-    override fails here."""
+    """Read the run config of ``ckpt_path``, check it may be built (:func:`check_targets`) and ``overrides``
+    against it, and register it for composing; returns it. Nothing is created: a missing file, a checkpoint
+    without a run config, a config that would build anything but the package's components (or the
+    ``trusted_targets=[...]`` of the command line) or a refused override fails here."""
     path = Path(ckpt_path)
     stored = require_run_config(load_checkpoint(path), path)
+    check_targets(stored, path, trusted_from_overrides(overrides))
     check_overrides(overrides, stored)
     register_run_config(stored)
     return stored
@@ -131,11 +147,14 @@ def evaluate(cfg: DictConfig) -> RunResults:
         stored = require_run_config(checkpoint, path)
     except (OSError, ValueError) as error:
         raise ConfigError(str(error)) from error
+    trusted = list(cfg.get("trusted_targets") or [])
+    check_targets(stored, path, trusted)
     validate_run_config(cfg)  # first: a data set of another task is named as such
     use_training_free_canonicalizer(cfg)  # canonicalization=tta: the task's canonicalizer becomes it
     check_architecture_unchanged(stored, cfg)
     if (output_dir / RESULTS_FILE).exists():
         raise ConfigError(_FOLDER_TAKEN.format(folder=output_dir))
+    save_hydra_record(cfg, output_dir)  # admitted: now the folder may be written
     prepare_process(cfg, output_dir)
     config = OmegaConf.to_container(cfg, resolve=True)
 

@@ -82,6 +82,36 @@ def write_results(run_dir: Path | str, results: RunResults) -> Path:
     return path
 
 
+#: Sub-folder of a run folder holding the record of every failed attempt (``<UTC time>_failed.json``): a failure
+#: never replaces a completed ``results.json``, and each attempt's reason is kept.
+ATTEMPTS_DIR = "attempts"
+
+
+def is_completed(run_dir: Path | str) -> bool:
+    """Whether ``run_dir`` holds the record of a finished training run (its ``results.json`` says completed)."""
+    try:
+        record = read_results(run_dir)
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("status") == COMPLETED
+
+
+def write_failure_record(run_dir: Path | str, record: RunResults) -> Path:
+    """Keep a failed attempt's record: always under ``attempts/``, and as ``results.json`` too unless that
+    holds a completed run, whose record a later failure never replaces. Returns the attempt's file."""
+    import time
+
+    run_dir = Path(run_dir)
+    attempts = run_dir / ATTEMPTS_DIR
+    attempts.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime()) + f".{time.time_ns() % 10**9:09d}Z"
+    path = attempts / f"{stamp}_failed.json"
+    path.write_text(json.dumps(record, indent=2))
+    if not is_completed(run_dir):
+        write_results(run_dir, record)
+    return path
+
+
 def read_results(path: Path | str) -> RunResults:
     """The record in ``path``: a ``results.json`` file, or a run folder holding one.
 

@@ -16,17 +16,27 @@ from __future__ import annotations
 import logging
 import os
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from canonical_network.records import COMPLETED, FAILED, RunResults, write_results
+from canonical_network.records import (
+    ATTEMPTS_DIR,
+    COMPLETED,
+    FAILED,
+    RESULTS_FILE,
+    RunResults,
+    is_completed,
+    write_failure_record,
+)
 from canonical_network.utils.checks import ConfigError, check_choice, validate_run_config
 from canonical_network.utils.config import CONFIG_DIR
 from canonical_network.utils.runs import (
+    HYDRA_RECORD_DIR,
     LOCK_FILE,
+    SETUP_FILES,
     build_trainer,
     command_overrides,
     finish,
@@ -37,6 +47,7 @@ from canonical_network.utils.runs import (
     prepare_process,
     remove_unused_run_folder,
     run_record,
+    save_hydra_record,
     to_float,
 )
 
@@ -126,20 +137,65 @@ def run_folder_lock(output_dir: Path):
         handle.close()
 
 
+class RunFolderFinished(RuntimeError):
+    """The run folder holds a completed run, whose record is final."""
+
+
+def refuse_finished(output_dir: Path) -> None:
+    """Raise :class:`RunFolderFinished` when ``output_dir`` holds a completed run's ``results.json``."""
+    if is_completed(output_dir):
+        raise RunFolderFinished(
+            f"run folder {output_dir} holds a completed run (its results.json), whose record is final: nothing "
+            "was written. To train it further, start a new folder from its checkpoint: hydra.run.dir=<new folder> "
+            f"ckpt_path={output_dir / 'checkpoints' / 'last.ckpt'}; to train the row again, leave hydra.run.dir "
+            "to its default"
+        )
+
+
+def set_aside_previous_run(output_dir: Path) -> Path | None:
+    """``resume=false`` in a folder an unfinished run used: move its files (checkpoints, logs, figures, a failure
+    record) to ``superseded/<UTC time>/`` so the new run starts clean and the old one's files stay readable;
+    returns that folder (None when there was nothing to move). A failure record is renamed
+    ``results.failed.json`` there, so that readers of ``results.json`` files never count it."""
+    keep = SETUP_FILES | {HYDRA_RECORD_DIR, "superseded", ATTEMPTS_DIR}
+    entries = [p for p in output_dir.iterdir() if p.name not in keep and not p.name.startswith(".")] \
+        if output_dir.is_dir() else []
+    if not entries:
+        return None
+    aside = output_dir / "superseded" / time.strftime("%Y-%m-%dT%H-%M-%SZ", time.gmtime())
+    aside.mkdir(parents=True, exist_ok=True)
+    for entry in entries:
+        os.replace(entry, aside / ("results.failed.json" if entry.name == RESULTS_FILE else entry.name))
+    log.warning("resume=false: the previous run's files in %s were moved to %s", output_dir, aside)
+    return aside
+
+
 def run(cfg: DictConfig) -> RunResults:
     """Fit, test and write results.json for one composed config; returns the record written.
 
-    The run folder is locked for the whole run (by global rank 0 only: under Slurm every rank runs this).
+    A run is admitted before it writes anything into its folder: its config is valid, the folder holds no
+    completed run (:class:`RunFolderFinished`) and no other process trains in it (the lock, held for the whole
+    run by global rank 0 only: under Slurm every rank runs this). Then ``.hydra/`` is written, and with
+    ``resume=false`` the files of an earlier unfinished run are set aside.
     """
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
     validate_run_config(cfg)
     output_dir = Path(cfg.paths.output_dir)
-    with run_folder_lock(output_dir) if rank_zero_only.rank == 0 else nullcontext():
+    refuse_finished(output_dir)
+    if rank_zero_only.rank != 0:
+        return _run(cfg)
+    with run_folder_lock(output_dir):
+        refuse_finished(output_dir)  # finished while this one waited to start
+        if not cfg.get("resume", True) and not cfg.get("ckpt_path"):
+            set_aside_previous_run(output_dir)
+        save_hydra_record(cfg, output_dir)
         return _run(cfg)
 
 
 def _run(cfg: DictConfig) -> RunResults:
+    from canonical_network.tasks.callbacks import RunCheckpoint
+
     start = time.time()
     test_ckpt = check_choice("test_ckpt", cfg.get("test_ckpt", "best"), TEST_CKPTS)
     output_dir = Path(cfg.paths.output_dir)
@@ -161,14 +217,23 @@ def _run(cfg: DictConfig) -> RunResults:
     log.info("Parameters: %s", param_counts)
 
     resumed_from = resume_checkpoint(cfg, output_dir)
-    trainer.fit(model, datamodule=datamodule, ckpt_path=resumed_from)
+    # Paths stored in a checkpoint stay inside the run reading it (RunCheckpoint), or inside the run an
+    # explicit ckpt_path resumes from.
+    allowed = [output_dir / "checkpoints"] + ([Path(cfg.ckpt_path).parent] if cfg.get("ckpt_path") else [])
+    for callback in callbacks:
+        if isinstance(callback, RunCheckpoint):
+            callback.also_allowed = tuple(allowed[1:])
+    # weights only: resuming runs no code from the file (the checkpoints train writes need none)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=resumed_from, weights_only=True)
 
     best_path = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if test_ckpt == "last":
         best_path = ""  # the model holds the final weights: test them as they are
+    if best_path and not any(Path(best_path).resolve().parent == folder.resolve() for folder in allowed):
+        raise RuntimeError(f"the best checkpoint path {best_path!r} lies outside the run folder {output_dir}: refused")
     test_metrics: dict[str, float] = {}
     if cfg.get("test", True):
-        trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, weights_only=False)
+        trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, weights_only=True)
         test_metrics = logged_test_metrics(trainer)
 
     best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
@@ -186,7 +251,9 @@ def _run(cfg: DictConfig) -> RunResults:
 
 
 def write_failure(cfg: DictConfig, error: BaseException) -> None:
-    """Leave a results.json saying why a job failed, so a sweep's table shows the reason in its cell."""
+    """Keep the record of a failed attempt (``attempts/``), and as the folder's results.json unless that holds
+    a completed run (:func:`~canonical_network.records.write_failure_record`): a sweep's table shows the
+    reason in an empty cell, and a failed rerun never replaces a finished run's record."""
     try:
         output_dir = Path(cfg.paths.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -199,7 +266,7 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
             "metrics": {},
             "config": OmegaConf.to_container(cfg, resolve=False),
         }
-        write_results(output_dir, record)
+        write_failure_record(output_dir, record)
     except Exception:  # never hide the original error behind a reporting one
         log.exception("could not write the failure record")
 
@@ -210,8 +277,8 @@ def main(cfg: DictConfig) -> float | None:
 
     try:
         results = run(cfg)
-    except RunFolderBusy:
-        raise  # the folder belongs to another run: write nothing into it
+    except (RunFolderBusy, RunFolderFinished):
+        raise  # the folder belongs to another run, or to a finished one: write nothing into it
     except ConfigError as error:
         # Found before training. A single run leaves no folder behind (a typo should not); a multirun job
         # keeps its failure record, so the sweep's table shows why its cell is empty.

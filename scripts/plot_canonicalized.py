@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from canonical_network.utils.checkpoints import check_targets, load_checkpoint  # noqa: E402
 from canonical_network.utils.config import PROJECT_ROOT  # noqa: E402  (registers the config resolvers)
 
 
@@ -33,8 +34,13 @@ def load_run(run_dir: Path):
     checkpoints = sorted((run_dir / "checkpoints").glob("epoch_*.ckpt")) or [run_dir / "checkpoints" / "last.ckpt"]
     if not checkpoints[-1].is_file():
         raise SystemExit(f"{run_dir} has no checkpoint under checkpoints/")
+    try:  # the folder's files are data: its config may build only the package's components, its checkpoint
+        # is read weights-only (neither runs code from the folder)
+        check_targets(OmegaConf.to_container(cfg.model, resolve=True), config_path)
+        state = load_checkpoint(checkpoints[-1])["state_dict"]
+    except ValueError as error:
+        raise SystemExit(f"plot_canonicalized.py: error: {error}") from None
     model = hydra.utils.instantiate(cfg.model)
-    state = torch.load(checkpoints[-1], map_location="cpu", weights_only=False)["state_dict"]
     model.load_state_dict(state)
     return model.eval(), cfg
 

@@ -9,6 +9,8 @@
 #   scripts/reproduce.sh nbody-ablations
 #   scripts/reproduce.sh rotmnist-table6 # Table 6 at the same protocol: 3-layer p8-p32, then 1 and 2 layers, seeds 0-2
 #   scripts/reproduce.sh nbody-long      # CN-GNN, its frozen row, EGNN and GNN at NBODY_LONG (3,000) epochs
+#   scripts/reproduce.sh nbody-paper     # Table 3 at the paper's protocol: 10,000 epochs, best validation, seeds 0-2
+#   scripts/reproduce.sh nbody-gap       # what separates our CN-GNN from the authors' code at 1,000 epochs
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
 #   scripts/reproduce.sh pointclouds-cpu # every row of Table 4 at a CPU budget: 256 points, 1,000 clouds, 5 epochs
 #   scripts/reproduce.sh shapenet-cpu    # every row of Table 5b at that CPU budget, its 2 protocols, seeds 0-2 (PointNet rows 0-1)
@@ -22,6 +24,9 @@
 # the run folders. On a GPU machine add trainer=gpu through EXTRA, e.g. EXTRA="trainer=gpu" JOBS=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Everything below is one function, read whole before it runs: editing this file while a stage runs
+# (stages run for hours) cannot change what the running stage does next.
+main() {
 PY="${PY:-.venv/bin/python}"
 OUT="${OUT:-outputs/reproduction}"
 JOBS="${JOBS:-2}"
@@ -112,6 +117,30 @@ case "${1:-}" in
     # CN-GNN and EGNN (the unresolved claim) both seeds first, then the frozen row and the GNN
     run "ep${NBODY_LONG:-3000}" "0 1" nbody/cn_gnn nbody/egnn -- trainer.max_epochs="${NBODY_LONG:-3000}"
     run "ep${NBODY_LONG:-3000}" "0 1" nbody/cn_gnn_frozen nbody/gnn -- trainer.max_epochs="${NBODY_LONG:-3000}" ;;
+  nbody-paper)  # Table 3 at the paper's protocol (App. G.2: "10,000 epochs with early stopping", EGNN's set-up):
+                # EGNN's main_nbody.py trains all 10,000 epochs, validates every 5 (--test_interval) and reports
+                # the test MSE of the best-validation epoch: no patience, so none here (the early stopping of
+                # configs/experiment/nbody/gnn.yaml, the authors' CN code's 600 epochs, is switched off).
+                # One CPU core: Linear ~0.1 s an epoch, GNN ~0.9 s, EGNN ~1.2 s, CN-GNN ~1.2 s (2.5-3.5 h a run).
+                # Baselines first, seed 0 of each before seeds 1-2; resumable from last.ckpt (every epoch).
+    PAPER=(trainer.max_epochs=10000 callbacks.early_stopping=null)
+    run ep10000 "0 1 2" nbody/linear -- "${PAPER[@]}"
+    run ep10000 0 nbody/gnn nbody/egnn -- "${PAPER[@]}"
+    run ep10000 "1 2" nbody/gnn nbody/egnn -- "${PAPER[@]}"
+    run ep10000 "0 1 2" nbody/cn_gnn nbody/cn_gnn_o3 nbody/cn_gnn_frozen -- "${PAPER[@]}"
+    # 8 GNN passes per sample per layer: 2 seeds at the stated cap FA_PAPER_EPOCHS (10,000 on a GPU)
+    run "ep${FA_PAPER_EPOCHS:-10000}" "0 1" nbody/fa_gnn -- trainer.max_epochs="${FA_PAPER_EPOCHS:-10000}" \
+      callbacks.early_stopping=null ;;
+  nbody-gap)  # issue 33: our CN-GNN (0.0070 at 1,000 epochs, n = 3) against the authors' code on the same data
+              # (0.0050-0.0058, shared/reference/authors-nbody-2026-11-28): one difference at a time, seeds 0-1,
+              # the 1,000-epoch budget of the nbody stage; every variant keeps the canonicalizer equivariant
+    # the authors' canonicalizer shape (4 layers of 16 VN channels, ours 2 x 32 from App. G.2), its inputs (the
+    # centred positions alone, ours [x - x̄, q(x - x̄), v, qv]), then both with its centroid translation
+    run canon4x16 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.num_layers=4 \
+      canonicalization.hidden_dim=16
+    run inputs_p "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.features=p
+    run authors_arch "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.num_layers=4 \
+      canonicalization.hidden_dim=16 canonicalization.features=p canonicalization.translation=centroid ;;
   pointclouds)
     for rotation in z/z z/so3 so3/so3; do
       run "${rotation//\//_}" "0 1" modelnet/pointnet modelnet/dgcnn modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \
@@ -173,3 +202,6 @@ if (( FAILED_CALLS > 0 )); then
   echo "reproduce.sh ${1}: ${FAILED_CALLS} run_protocol call(s) had failed jobs (FAILED lines above)" >&2
   exit 1
 fi
+}
+main "$@"
+exit $?

@@ -80,9 +80,10 @@ def _nbody(translation: str = "learned", seed: int = 1, **kwargs) -> VNDeepSetsC
     return VNDeepSetsCanonicalizer(translation=translation, **kwargs)
 
 
-@pytest.mark.parametrize("translation", ["learned", "centroid"])
-def test_nbody_canonicalizer_is_e3_equivariant(translation):
-    canon = _nbody(translation).double().eval()
+@pytest.mark.parametrize(("translation", "features"), [("learned", "pvq"), ("centroid", "pvq"), ("learned", "p"),
+                                                      ("centroid", "p"), ("learned", "pv")])
+def test_nbody_canonicalizer_is_e3_equivariant(translation, features):
+    canon = _nbody(translation, features=features).double().eval()
     x = nbody_inputs(dtype=F64)
     g = random_euclidean(6, seeded_gen(2), group="O3", dtype=F64)
     with torch.no_grad():
@@ -218,6 +219,7 @@ def test_nbody_degenerate_system_is_finite():
         ({"dropout": 1.0}, "canonicalization.dropout"),
         ({"negative_slope": True}, "canonicalization.negative_slope"),
         ({"authors_code": "yes"}, "canonicalization.authors_code"),
+        ({"features": "pq"}, "canonicalization.features"),
     ],
 )
 def test_nbody_rejects_bad_arguments(kwargs, key):
@@ -505,3 +507,16 @@ def test_pointcloud_pointwise_input_builds_no_knn_graph(monkeypatch):
         factor = frame_factor(frame_condition(canon.frame_vectors(points), "SO3"))
         r = canon.group_element(points)
         assert_close(canon.group_element(apply_rotation(points, q)), q @ r, factor)
+
+
+def test_nbody_position_features_ignore_velocities_and_charges():
+    """features="p" (the authors' canonicalizer input): the frame depends on the centred positions alone."""
+    canon = _nbody(features="p").double().eval()
+    loc, vel, charges = nbody_inputs(dtype=F64)
+    with torch.no_grad():
+        h = canon.group_element(loc, vel, charges)
+        h_other = canon.group_element(loc, torch.randn(vel.shape, generator=seeded_gen(9), dtype=F64), -charges)
+        h_pvq = _nbody(features="pvq").double().eval().group_element(loc, vel, charges)
+        h_pvq_other = _nbody(features="pvq").double().eval().group_element(loc, vel, -charges)
+    assert torch.equal(h.rotation, h_other.rotation) and torch.equal(h.translation, h_other.translation)
+    assert max_err(h_pvq.rotation, h_pvq_other.rotation) > FAIL  # the default reads the charges

@@ -94,6 +94,7 @@ def test_truncated_last_checkpoint_falls_back_to_the_newest_readable_one(tmp_pat
     last = tmp_path / "checkpoints" / "last.ckpt"
     best = next(p for p in last.parent.glob("epoch_*.ckpt"))
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # cut short, as an interrupted copy leaves it
+    (tmp_path / "results.json").unlink()  # as a run stopped before its test (a finished run's folder is final)
     cfg.trainer.max_epochs = 3
     with caplog.at_level("WARNING", logger="canonical_network.train"):
         results = run(cfg)
@@ -102,6 +103,11 @@ def test_truncated_last_checkpoint_falls_back_to_the_newest_readable_one(tmp_pat
 
     for path in last.parent.glob("*.ckpt"):
         path.write_bytes(b"not a checkpoint")
+    from canonical_network.train import RunFolderFinished
+
+    with pytest.raises(RunFolderFinished):  # a completed run's folder: refused before reading a checkpoint
+        run(cfg)
+    (tmp_path / "results.json").unlink()
     with pytest.raises(RuntimeError, match="no other checkpoint in .* is readable"):
         run(cfg)
 
@@ -122,6 +128,11 @@ def test_second_run_into_a_busy_folder_refuses_and_the_first_completes(tmp_path)
     assert first.wait(timeout=300) == 0, first.stderr.read()[-3000:]
     results = json.loads((run_dir / "results.json").read_text())
     assert results["status"] == "completed" and results["seed"] == 1  # the first run's, untouched
+    # the refused run wrote nothing: the folder's config record is the first run's
+    assert "seed: 1" in (run_dir / ".hydra" / "config.yaml").read_text()
+    assert "seed=1" in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert "seed=2" not in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert not (run_dir / ".hydra" / "previous").exists()
     # Once the first run has ended, the folder is free again (the lock died with its process).
     from canonical_network.train import run_folder_lock
 

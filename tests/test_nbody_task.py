@@ -14,7 +14,7 @@ import hydra
 import pytest
 import torch
 from lightning import Trainer
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from canonical_network.canonicalization.nbody import VNDeepSetsCanonicalizer
 from canonical_network.data.nbody import NBodyDataModule
@@ -235,3 +235,33 @@ def test_experiment_trains_tests_and_writes_results(experiment, tiny_dir, tmp_pa
     assert set(written["best_val"]) == {"val/mse"}
     assert written["checkpoint"].endswith(".ckpt")
     assert results["metrics"] == written["metrics"]
+
+
+def test_last_checkpoint_is_every_epoch_not_every_improvement(tiny_dir, tmp_path):
+    """last.ckpt follows the epochs trained, also where validation does not improve or does not run.
+
+    Lightning's ModelCheckpoint(save_last=True) rewrote last.ckpt only where it saved a best checkpoint, so a
+    long N-body run on a plateau resumed from its last improvement (issue 32). Here validation runs only
+    after epoch 4 (every 5 epochs), and 3 epochs are trained: the old callback wrote no last.ckpt at all.
+    A rerun with a larger budget then trains exactly the missing epochs.
+    """
+    counts = [f"data.{k}={v}" for k, v in TINY.items()]
+    overrides = ["experiment=nbody/gnn", f"data.data_dir={tiny_dir}", "data.batch_size=8", *counts,
+                 "trainer.check_val_every_n_epoch=5"]
+    def config(max_epochs: int) -> DictConfig:
+        cfg = shrink(compose_config(overrides, tmp_path))
+        with open_dict(cfg):
+            cfg.trainer.max_epochs = max_epochs
+        return cfg
+
+    run(config(3))
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    state = torch.load(last, map_location="cpu", weights_only=True)
+    assert (state["epoch"], state["global_step"]) == (2, 6)  # 0-based epoch 2 done, 3 epochs x 2 batches
+
+    (tmp_path / "results.json").unlink()
+    resumed = run(config(6))
+    assert resumed["resumed_from"] == str(last)
+    state = torch.load(last, map_location="cpu", weights_only=True)
+    assert (state["epoch"], state["global_step"]) == (5, 12)  # 3 more epochs, not 6
+    assert resumed["best_val"]  # the validation after epoch 4 chose the tested checkpoint

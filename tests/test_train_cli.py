@@ -47,16 +47,24 @@ def test_bad_num_rotations_fails_before_training(tmp_path):
     assert not (tmp_path / RESULTS_FILE).exists()
 
 
-def test_in_process_run_resumes_from_last_checkpoint(tmp_path):
-    cfg = shrink(compose_config(["experiment=rotmnist/cnn"], tmp_path))
+def test_finished_run_is_final_and_continues_in_a_new_folder(tmp_path):
+    from canonical_network.train import RunFolderFinished
+
+    cfg = shrink(compose_config(["experiment=rotmnist/cnn"], tmp_path / "first"))
     first = run(cfg)
     assert first["epochs"] == 1 and first["resumed_from"] is None
+    record = {p: p.read_bytes() for p in (tmp_path / "first").rglob("*") if p.is_file()}
     cfg.trainer.max_epochs = 2
-    second = run(cfg)  # same run folder: continues from last.ckpt, trains one more epoch only
-    assert second["resumed_from"] == str(tmp_path / "checkpoints" / "last.ckpt")
-    assert second["epochs"] == 2
+    with pytest.raises(RunFolderFinished, match="holds a completed run"):
+        run(cfg)  # the same folder: its record is final
+    assert {p: p.read_bytes() for p in (tmp_path / "first").rglob("*") if p.is_file()} == record
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    more = shrink(compose_config(["experiment=rotmnist/cnn", f"ckpt_path={last}"], tmp_path / "more"))
+    more.trainer.max_epochs = 2
+    second = run(more)  # continues from the first run's last.ckpt, trains one more epoch only
+    assert second["resumed_from"] == str(last) and second["epochs"] == 2
     assert second["fit_time_s"] > first["fit_time_s"] > 0  # the resumed run adds to the first one's time
-    assert (tmp_path / RESULTS_FILE).is_file()
+    assert (tmp_path / "more" / RESULTS_FILE).is_file()
 
 
 def test_test_ckpt_chooses_best_or_final_weights(tmp_path):

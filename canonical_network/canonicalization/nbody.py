@@ -3,7 +3,8 @@
 Paper §4.1 ("Point Cloud Input") splits ``h(x) = (h^O(x), h^t(x))``: ``h^O`` must be O(3)-equivariant and
 translation invariant, ``h^t`` E(3)-equivariant. Here
 
-* every particle gets the Vector Neuron feature ``[x_i − x̄, q_i (x_i − x̄), v_i, q_i v_i]`` (4 channels):
+* every particle gets the Vector Neuron feature ``[x_i − x̄, q_i (x_i − x̄), v_i, q_i v_i]`` (4 channels; ``features="p"``
+  keeps the first alone, as the authors' code, ``"pv"`` the first and third):
   positions centred on the centroid ``x̄`` (translation invariant), velocities (translations do not act on
   them), and the invariant charge ``q_i`` entering as a scalar factor — scaling a vector by an invariant
   keeps it equivariant and lets the network tell the charges apart;
@@ -43,6 +44,10 @@ from canonical_network.nn.vector_neurons import VNDropout, VNLinear, vn_leaky_re
 from canonical_network.utils.checks import check_bool, check_choice, check_fraction, check_int
 
 TRANSLATIONS = ("learned", "centroid")
+#: What the canonicalizer sees of each particle, as VN channels: ``p`` the centred position ``x_i − x̄``,
+#: ``v`` the velocity, ``q`` charge-scaled copies of those (``q_i (x_i − x̄)``, ``q_i v_i``). "pvq" is ours
+#: (Appendix G.2 names no inputs); "p" is the authors' N-body code (``canon_feature="p"``).
+FEATURES = {"pvq": 4, "pv": 2, "p": 1}
 
 
 class VNDeepSetsLayer(nn.Module):
@@ -97,6 +102,8 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
             "CN-GNN-O(3)").
         negative_slope: of the VN leaky ReLU; 0 (VN-ReLU) as in the authors' public N-body configuration.
         freeze: keep the initial weights (the "CN-GNN (frozen)" row).
+        features: the VN input channels of each particle (:data:`FEATURES`): "pvq" (default), "pv" or "p"
+            (the centred positions alone, as the authors' code). All are equivariant inputs.
         authors_code: the ablation of the module docstring — the authors' three non-equivariant details
             (biases on VN features, element-wise dropout, Gram–Schmidt over coordinate rows). Not equivariant.
 
@@ -114,8 +121,10 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         negative_slope: float = 0.0,
         freeze: bool = False,
         authors_code: bool = False,
+        features: str = "pvq",
     ) -> None:
         super().__init__(freeze=freeze)
+        self.features = check_choice("canonicalization.features", features, tuple(FEATURES))
         self.authors_code = check_bool("canonicalization.authors_code", authors_code)
         hidden_dim = check_int("canonicalization.hidden_dim", hidden_dim, low=1)
         num_layers = check_int("canonicalization.num_layers", num_layers, low=1)
@@ -125,7 +134,7 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         self.hidden_dim = hidden_dim
         self.num_layers = num_layers
 
-        in_channels = 4  # x − x̄, q (x − x̄), v, q v
+        in_channels = FEATURES[self.features]
         widths = [in_channels] + [hidden_dim] * num_layers
         self.layers = nn.ModuleList(
             VNDeepSetsLayer(c_in, c_out, negative_slope, dropout, authors_code)
@@ -156,8 +165,9 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         charges = self._check_inputs(loc, vel, charges)
         centroid = loc.mean(dim=1)  # (B, 3)
         centred = loc - centroid.unsqueeze(1)
-        features = torch.stack([centred, charges * centred, vel, charges * vel], dim=1)  # (B, 4, N, 3)
-        x = features.transpose(2, 3)  # (B, 4, 3, N): VN layout
+        channels = {"p": [centred], "pv": [centred, vel], "pvq": [centred, charges * centred, vel, charges * vel]}
+        features = torch.stack(channels[self.features], dim=1)  # (B, C, N, 3)
+        x = features.transpose(2, 3)  # (B, C, 3, N): VN layout
         for layer in self.layers:
             x = layer(x)
         vectors = self.readout(vn_mean_pool(x, -1))
@@ -189,4 +199,4 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         return group_element.apply_to_points(output)
 
 
-__all__ = ["TRANSLATIONS", "VNDeepSetsCanonicalizer", "VNDeepSetsLayer"]
+__all__ = ["FEATURES", "TRANSLATIONS", "VNDeepSetsCanonicalizer", "VNDeepSetsLayer"]

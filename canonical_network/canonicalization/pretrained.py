@@ -9,11 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import hydra
-import torch
 from omegaconf import OmegaConf
 
 from canonical_network.canonicalization.base import Canonicalizer
-from canonical_network.utils.checkpoints import stored_run_config
+from canonical_network.utils.checkpoints import check_targets, load_checkpoint, stored_run_config
 
 PREFIX = "network.canonicalizer."
 
@@ -51,8 +50,13 @@ def from_checkpoint(checkpoint: str | None, freeze: bool = True, prior_weight: f
     path = Path(checkpoint)
     if not path.is_file():
         raise FileNotFoundError(f"canonicalization.checkpoint={checkpoint!r} does not exist")
-    checkpoint_dict = torch.load(path, map_location="cpu", weights_only=False)
+    try:  # weights only: reading the file runs no code from it
+        checkpoint_dict = load_checkpoint(path)
+    except ValueError as error:
+        raise ValueError(f"canonicalization.checkpoint: {error}") from None
     canon_cfg = _run_config(path, checkpoint_dict).canonicalization
+    # the config comes from the file (or its run folder): it may build only the package's canonicalizers
+    check_targets(OmegaConf.to_container(canon_cfg, resolve=True), f"{path} (its canonicalization)")
     canon_cfg.freeze = bool(freeze)
     canon_cfg.prior_weight = prior_weight  # checked by the Canonicalizer base class
     canonicalizer = hydra.utils.instantiate(canon_cfg)

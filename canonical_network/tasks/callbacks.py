@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 
 log = logging.getLogger(__name__)
@@ -154,3 +155,90 @@ class FitClock(Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.previous_s = float(state_dict.get("fit_time_s", 0.0))
+
+
+class EpochCheckpoint(Checkpoint):
+    """Write ``<dirpath>/last.ckpt`` at the end of every training epoch, after that epoch's validation.
+
+    Lightning's ``ModelCheckpoint(save_last=True)`` rewrites ``last.ckpt`` only at the steps where it also
+    saves a top-k checkpoint; with a monitored metric that is the epochs where validation improved, so a run
+    stopped on a plateau resumed from its last improvement and trained again epochs it had finished (issue
+    32; a 10,000-epoch N-body run can plateau for thousands). This callback saves unconditionally instead.
+
+    It is a :class:`~lightning.pytorch.callbacks.Checkpoint`, which Lightning runs after every other callback
+    in list order: placed after the ``ModelCheckpoint`` in the config, the file it writes holds that
+    callback's state (best path and score) and the early-stopping counter as they are after the epoch.
+    ``best_model_path``/``best_model_score`` are empty, in case it is the run's only checkpoint callback.
+    """
+
+    best_model_path = ""
+    best_model_score = None
+
+    def __init__(self, dirpath: str, filename: str = "last.ckpt", every_n_epochs: int = 1) -> None:
+        from canonical_network.utils.checks import check_int
+
+        self.dirpath = Path(dirpath)
+        if "/" in filename or not filename.endswith(".ckpt"):
+            raise ValueError(f"callbacks.last_checkpoint.filename must be a plain '<name>.ckpt', got {filename!r}")
+        self.filename = filename
+        self.every_n_epochs = check_int("callbacks.last_checkpoint.every_n_epochs", every_n_epochs, low=1)
+
+    @property
+    def path(self) -> Path:
+        return self.dirpath / self.filename
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.sanity_checking or trainer.fast_dev_run:
+            return
+        if (trainer.current_epoch + 1) % self.every_n_epochs:
+            return
+        trainer.save_checkpoint(self.path)  # every rank calls it; the strategy writes once (rank 0)
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` whose stored paths follow the run folder they are read in.
+
+    A checkpoint's callback state holds absolute paths (the best checkpoint, the top-k files). Resumed in a
+    copied or moved run folder, Lightning kept them as they were: the rerun then tested, and could delete,
+    the *original* folder's files. Here every stored path is re-rooted on load into this callback's
+    ``dirpath`` (the resuming run's ``checkpoints/``) by file name, and a path whose file is not there is
+    refused, naming it: nothing read from a checkpoint may point outside the run that reads it. The
+    resume from an explicit ``ckpt_path`` of another run may also use that run's checkpoint folder
+    (``also_allowed``, set by ``train``).
+
+    Its state is stored under ``ModelCheckpoint``'s key, so checkpoints written with either class resume.
+    """
+
+    also_allowed: tuple[Path, ...] = ()
+
+    @property
+    def state_key(self) -> str:
+        return "ModelCheckpoint" + super().state_key.removeprefix(type(self).__qualname__)
+
+    def _own_path(self, stored: str) -> str:
+        if not stored:
+            return stored
+        path = Path(stored)
+        if path.parent.resolve() == Path(self.dirpath).resolve():
+            return stored
+        here = Path(self.dirpath) / path.name
+        if here.is_file():
+            return str(here)
+        if any(path.resolve().parent == folder.resolve() for folder in self.also_allowed) and path.is_file():
+            return str(path)
+        raise ValueError(
+            f"the checkpoint's stored path {stored!r} is neither in this run's folder ({self.dirpath}) nor a "
+            "file of the run it resumes from: refused (a path read from a checkpoint never leaves its run)"
+        )
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = dict(state_dict)
+        for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+            if key == "last_model_path":
+                state[key] = ""  # last.ckpt is EpochCheckpoint's
+            elif state.get(key):
+                state[key] = self._own_path(state[key])
+        if "best_k_models" in state:
+            state["best_k_models"] = {self._own_path(k): v for k, v in state["best_k_models"].items()}
+        state["dirpath"] = self.dirpath  # re-rooted: restore the scores too
+        super().load_state_dict(state)

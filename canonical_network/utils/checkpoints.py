@@ -20,6 +20,7 @@ canonicalizer is the identity, since it adds no weights (:func:`training_free_ch
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
@@ -83,6 +85,70 @@ _ARCHITECTURE_GROUPS = ("experiment",)
 TRAINING_FREE_CANONICALIZATIONS = {"tta": "canonical_network.canonicalization.test_time.TestTimeCanonicalizer"}
 #: The ``_target_`` of the identity canonicalizer (configs/canonicalization/identity.yaml): a plain backbone.
 IDENTITY_CANONICALIZER = "canonical_network.canonicalization.identity.IdentityCanonicalizer"
+
+
+# --- what a config read from disk may build ------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def known_targets() -> frozenset[str]:
+    """Every ``_target_`` that the package's own configs name (``configs/**/*.yaml``): its components, the
+    torch optimisers and schedulers, Lightning's trainer and callbacks, the launchers.
+
+    A config read from disk (the run config a checkpoint carries, a run folder's ``.hydra/config.yaml``) is
+    data, not code: :func:`check_targets` lets it build these and nothing else, since ``hydra.utils.instantiate``
+    calls whatever a ``_target_`` names (``torch.load`` of another file, ``os.system``...).
+    """
+    from canonical_network.utils.config import CONFIG_DIR
+
+    found: set[str] = set()
+
+    def collect(node: Any) -> None:
+        if isinstance(node, dict):
+            target = node.get("_target_")
+            if isinstance(target, str) and "${" not in target:
+                found.add(target)
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    for path in sorted(CONFIG_DIR.rglob("*.yaml")):
+        with open(path) as handle:
+            collect(yaml.safe_load(handle))
+    return frozenset(found)
+
+
+def _targets(node: Any, key: str):
+    """``(dotted key, target)`` of every ``_target_`` in a plain (resolved) config tree."""
+    if isinstance(node, dict):
+        if "_target_" in node:
+            yield f"{key}._target_" if key else "_target_", node["_target_"]
+        for name, value in node.items():
+            yield from _targets(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            yield from _targets(value, f"{key}[{index}]")
+
+
+def check_targets(config: Any, source: str | os.PathLike, trusted: tuple[str, ...] | list[str] = ()) -> None:
+    """Refuse a config read from ``source`` that would build anything but :func:`known_targets` (or a
+    ``trusted`` one, which the user names on the command line for a component of their own).
+
+    Raises :class:`~canonical_network.utils.checks.ConfigError` naming the first such key and its target.
+    """
+    if isinstance(config, DictConfig):
+        config = OmegaConf.to_container(config, resolve=True)  # what instantiate would see
+    allowed = known_targets() | set(trusted)
+    for key, target in _targets(config, ""):
+        if not isinstance(target, str) or target not in allowed:
+            raise ConfigError(
+                f"{source}: refused to build {key}={target!r}: a config read from disk may only build the "
+                "components of canonical_network's own configs (configs/), so that loading a file never runs "
+                "code from it. If it is a component of your own code (not something that came with a file you "
+                f"were sent), allow it by name: trusted_targets=[{target}]"
+            )
 
 
 class CheckpointWithoutConfig(ValueError):
@@ -309,12 +375,15 @@ def load_weights(model: torch.nn.Module, checkpoint: dict[str, Any], path: str |
         model.train(training)
 
 
-def model_from_checkpoint(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> torch.nn.Module:
+def model_from_checkpoint(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = (),
+                          trusted_targets: tuple[str, ...] | list[str] = ()) -> torch.nn.Module:
     """The LightningModule of the run that wrote ``path``, with its trained weights, in eval mode.
 
     Rebuilt from the checkpoint alone: the run config it carries (:func:`run_config_from_checkpoint`),
     ``overrides`` applied (``key=value`` dotted keys, e.g. ``["model.orbit_rotations=8"]``; only the task's
-    evaluation options may change the model, see :func:`refused_override`), then the weights (strict). E.g.::
+    evaluation options may change the model, see :func:`refused_override`), then the weights (strict). The
+    stored config may build only the package's own components (:func:`check_targets`), plus
+    ``trusted_targets``, those of your own code that you name. E.g.::
 
         model = model_from_checkpoint("outputs/runs/<date>/<time>_rotmnist-cn_p4/checkpoints/last.ckpt")
         logits = model(images)  # (B, 1, 28, 28) -> (B, 10)
@@ -323,6 +392,7 @@ def model_from_checkpoint(path: str | os.PathLike, overrides: list[str] | tuple[
 
     checkpoint = load_checkpoint(path)
     stored = require_run_config(checkpoint, path)
+    check_targets(stored, path, trusted_targets)
     check_overrides(overrides, stored)
     overrides = list(overrides)
     config = OmegaConf.create(stored)

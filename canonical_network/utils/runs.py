@@ -225,6 +225,42 @@ def finish(results: RunResults, output_dir: Path, trainer, loggers: list, log: l
         print_summary(results, output_dir, loggers, log)
 
 
+#: Where a run keeps its composed config: Hydra's layout (``config.yaml``, ``hydra.yaml``, ``overrides.yaml``).
+HYDRA_RECORD_DIR = ".hydra"
+
+
+def save_hydra_record(cfg: DictConfig, output_dir: Path) -> None:
+    """Write ``<run dir>/.hydra/`` as Hydra would, but only once the command has admitted the run.
+
+    Hydra itself writes nothing into a run folder (``hydra.output_subdir: null``, configs/hydra/default.yaml):
+    it would do so before the command runs, so a second run refused because the folder is busy, or a rerun
+    refused for a bad value, rewrote the record of the run in the folder. A previous attempt's files that
+    differ from these are kept under ``.hydra/previous/<UTC time>/``: the folder stays an append-only record.
+    """
+    from omegaconf import OmegaConf
+
+    record = output_dir / HYDRA_RECORD_DIR
+    files = {"config.yaml": OmegaConf.to_yaml(cfg)}
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hydra_cfg = HydraConfig.get()
+        files["hydra.yaml"] = OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg}))
+        files["overrides.yaml"] = OmegaConf.to_yaml(OmegaConf.create(list(hydra_cfg.overrides.task)))
+    except ValueError:  # composed outside @hydra.main (tests, notebooks): the config alone
+        pass
+    changed = [n for n, text in files.items() if (record / n).is_file() and (record / n).read_text() != text]
+    if changed:
+        previous = record / "previous" / time.strftime("%Y-%m-%dT%H-%M-%SZ", time.gmtime())
+        previous.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            if (record / name).is_file():
+                os.replace(record / name, previous / name)
+    record.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (record / name).write_text(text)
+
+
 def remove_unused_run_folder(output_dir: Path) -> bool:
     """Delete ``output_dir`` if it holds nothing but set-up files (:data:`SETUP_FILES`: a run that never ran)."""
     if output_dir.is_dir() and {p.name for p in output_dir.iterdir()} <= SETUP_FILES:
