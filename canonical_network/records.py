@@ -31,6 +31,11 @@ from typing import Any, TypedDict
 RESULTS_FILE = "results.json"
 #: ``status`` of a record: a training run that finished, one that failed, an evaluation of a checkpoint
 COMPLETED, FAILED, EVALUATED = "completed", "failed", "evaluated"
+#: ``status`` of a training run that ran to its end but diverged (``tasks.callbacks.DivergenceMonitor``):
+#: final like a completed one, never read as a result (tables and the report take ``completed`` runs only)
+DIVERGED = "diverged"
+#: the statuses of a run whose record is final: a rerun in its folder is refused, a failure never replaces it
+FINAL_STATUSES = (COMPLETED, DIVERGED)
 #: The hyperparameter under which ``evaluate`` logs the checkpoint it read to its loggers (W&B): how a logged
 #: run is told to be an evaluation where there is no ``results.json``.
 EVALUATED_CHECKPOINT_KEY = "evaluated_checkpoint"
@@ -38,7 +43,7 @@ EVALUATED_CHECKPOINT_KEY = "evaluated_checkpoint"
 
 class _RecordedByEveryRun(TypedDict):
     experiment: str | None  # the experiment's name (``experiment_name`` in the config)
-    status: str  # COMPLETED | FAILED (train) | EVALUATED (evaluate)
+    status: str  # COMPLETED | DIVERGED | FAILED (train) | EVALUATED (evaluate)
     seed: int | None
     overrides: list[str]  # the command line's Hydra overrides
     metrics: dict[str, float]  # every ``test/*`` metric
@@ -57,6 +62,7 @@ class RunResults(_RecordedByEveryRun, total=False):
     """
 
     error: str  # "<ExceptionType>: <message>" of a failed run, at most 2000 characters
+    divergence: str  # why a "diverged" run was judged so (DivergenceMonitor.verdict)
     best_val: dict[str, float]  # {optimized_metric: best value}; empty without a checkpoint callback
     params: dict[str, int]  # parameter counts (``parameter_counts()`` of the LightningModule)
     epochs: int
@@ -87,13 +93,14 @@ def write_results(run_dir: Path | str, results: RunResults) -> Path:
 ATTEMPTS_DIR = "attempts"
 
 
-def is_completed(run_dir: Path | str) -> bool:
-    """Whether ``run_dir`` holds the record of a finished training run (its ``results.json`` says completed)."""
+def final_status(run_dir: Path | str) -> str | None:
+    """The status of ``run_dir``'s record when it is final (:data:`FINAL_STATUSES`), else ``None``."""
     try:
         record = read_results(run_dir)
     except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and record.get("status") == COMPLETED
+        return None
+    status = record.get("status") if isinstance(record, dict) else None
+    return status if status in FINAL_STATUSES else None
 
 
 def write_failure_record(run_dir: Path | str, record: RunResults) -> Path:
@@ -107,7 +114,7 @@ def write_failure_record(run_dir: Path | str, record: RunResults) -> Path:
     stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime()) + f".{time.time_ns() % 10**9:09d}Z"
     path = attempts / f"{stamp}_failed.json"
     path.write_text(json.dumps(record, indent=2))
-    if not is_completed(run_dir):
+    if final_status(run_dir) is None:
         write_results(run_dir, record)
     return path
 
@@ -136,8 +143,28 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
+def check_record_shape(results: Any) -> None:
+    """Raise ``ValueError`` saying what is wrong when ``results`` is valid JSON but not a run record."""
+    if not isinstance(results, dict):
+        raise ValueError(f"not a run record: a JSON {type(results).__name__}, expected an object with "
+                         "'experiment', 'status' and 'metrics'")
+    metrics = results.get("metrics", {})
+    if not isinstance(metrics, dict):
+        raise ValueError(f"not a run record: 'metrics' is a {type(metrics).__name__}, expected an object")
+    bad = sorted(k for k, v in metrics.items() if isinstance(v, bool) or not isinstance(v, (int, float)))
+    if bad:
+        raise ValueError(f"not a run record: metric(s) {', '.join(bad)} are not numbers")
+    for key in ("experiment", "status"):
+        if results.get(key) is not None and not isinstance(results[key], str):
+            raise ValueError(f"not a run record: {key!r} is a {type(results[key]).__name__}, expected a string")
+    if not isinstance(results.get("overrides", []), list):
+        raise ValueError("not a run record: 'overrides' is not a list")
+
+
 def record_from_results(results: dict) -> dict[str, Any]:
-    """One flat record per run: ``experiment``, ``status``, ``metrics.<name>`` and ``config.<dotted key>``."""
+    """One flat record per run: ``experiment``, ``status``, ``metrics.<name>`` and ``config.<dotted key>``.
+    Raises ``ValueError`` (:func:`check_record_shape`) for JSON that is not a run record."""
+    check_record_shape(results)
     record: dict[str, Any] = {}
     _flatten("", {k: v for k, v in results.items() if k != "metrics"}, record)
     record["metrics"] = dict(results.get("metrics") or {})
@@ -156,7 +183,7 @@ def load_runs(folder: Path, include_evaluated: bool = False) -> list[dict[str, A
     for path in find_results(folder):
         try:
             record = record_from_results(read_results(path))
-        except (OSError, json.JSONDecodeError) as err:
+        except (OSError, ValueError) as err:  # json.JSONDecodeError is a ValueError, as is a malformed record
             print(f"warning: skipping unreadable {path}: {err}", file=sys.stderr)
             continue
         if record["status"] == EVALUATED and not include_evaluated:

@@ -268,7 +268,8 @@ def verdict(claim: Claim, diff: float, half: float | None, lower_is_better: bool
 # ----------------------------------------------------------------------------------------------- runs
 def table_cells(spec: dict, runs: list[dict]) -> dict[tuple[str, int], Cell]:
     """The tables tool's cells (same matching), keyed by ``(row name, column index)``."""
-    return {(name, j): cell for name, cells in build_table(spec, runs) for j, cell in enumerate(cells)}
+    return {(name, j): cell for name, cells in build_table(spec, runs, split_variants=False)
+            for j, cell in enumerate(cells)}
 
 
 def _override_key(override: str) -> str:

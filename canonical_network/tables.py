@@ -33,6 +33,7 @@ from canonical_network.records import (
     load_runs,
     metric_info,
     record_from_results,
+    variant_of,
 )
 
 __all__ = ["RESULTS_FILE", "build_table", "load_runs", "load_wandb_runs", "make_tables", "paper_tables",
@@ -91,24 +92,49 @@ def _matches(record: dict, match: dict) -> bool:
     return all(record.get(k) == v for k, v in match.items())
 
 
-def build_table(spec: dict, runs: Iterable[dict]) -> list[tuple[str, list[Cell]]]:
+def build_table(spec: dict, runs: Iterable[dict], split_variants: bool = True) -> list[tuple[str, list[Cell]]]:
+    """The rows of one table. Runs are pooled into a cell only when they are the same run but for the seed
+    (and for where they log, :data:`~canonical_network.records.NEUTRAL_OVERRIDE_PREFIXES`): the row's own
+    runs make the paper's row; runs with any other override (``model.optimizer.lr=0.05``,
+    ``trainer.limit_train_batches=2``) make a row of their own per set of overrides, named after it and
+    shown without the paper's numbers. ``split_variants=False``: every matching run in the row (for a caller
+    that has already selected one variant, as the report does)."""
     runs = list(runs)
+    column_keys = {key for column in spec["columns"] for key in (column.get("match") or {})}
     rows = []
     for row in spec["rows"]:
         row_match = dict(row.get("match") or {"experiment": row["experiment"]})
-        cells = []
-        for j, column in enumerate(spec["columns"]):
-            match = {**row_match, **(column.get("match") or {})}
-            selected = [r for r in runs if _matches(r, match)]
-            ok = [r for r in selected if r["status"] == "completed" and spec["metric"] in r["metrics"]]
-            scored = [(float(r["metrics"][spec["metric"]]) * spec.get("scale", 1.0), r) for r in ok]
-            scored = [(v, r) for v, r in scored if math.isfinite(v)]
-            failures = [str(r.get("error") or r["status"]) for r in selected if r not in ok]
-            paper = row.get("paper", [None] * len(spec["columns"]))[j]
-            cells.append(Cell([v for v, _ in scored], failures, tuple(paper) if paper else None,
-                              [r for _, r in scored]))
-        rows.append((row["name"], cells))
+        # overrides that set what the row's and columns' matches read are what places a run there, not a variant
+        placed_by = {key.removeprefix("config.") for key in {*row_match, *column_keys}}
+
+        def variant(run: dict, placed_by: set[str] = placed_by) -> tuple[str, ...]:
+            return tuple(o for o in variant_of(run) if o.lstrip("+~").split("=", 1)[0] not in placed_by)
+
+        if not split_variants:
+            rows.append((row["name"], _cells(spec, row, row_match, runs)))
+            continue
+        variants = sorted({variant(r) for r in runs if _matches(r, row_match)} | {()})
+        for overrides in variants:
+            name = row["name"] if not overrides else f"{row['name']} [{', '.join(overrides)}]"
+            rows.append((name, _cells(spec, row if not overrides else {**row, "paper": None}, row_match,
+                                      [r for r in runs if variant(r) == overrides])))
     return rows
+
+
+def _cells(spec: dict, row: dict, row_match: dict, runs: list[dict]) -> list[Cell]:
+    """One row's cells from ``runs`` (already one variant of the row)."""
+    cells = []
+    for j, column in enumerate(spec["columns"]):
+        match = {**row_match, **(column.get("match") or {})}
+        selected = [r for r in runs if _matches(r, match)]
+        ok = [r for r in selected if r["status"] == "completed" and spec["metric"] in r["metrics"]]
+        scored = [(float(r["metrics"][spec["metric"]]) * spec.get("scale", 1.0), r) for r in ok]
+        scored = [(v, r) for v, r in scored if math.isfinite(v)]
+        failures = [str(r.get("error") or r["status"]) for r in selected if r not in ok]
+        paper = (row.get("paper") or [None] * len(spec["columns"]))[j]
+        cells.append(Cell([v for v, _ in scored], failures, tuple(paper) if paper else None,
+                          [r for _, r in scored]))
+    return cells
 
 
 def _fmt(value: float | None, digits: int) -> str:

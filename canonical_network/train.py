@@ -25,10 +25,11 @@ from omegaconf import DictConfig, OmegaConf
 from canonical_network.records import (
     ATTEMPTS_DIR,
     COMPLETED,
+    DIVERGED,
     FAILED,
     RESULTS_FILE,
     RunResults,
-    is_completed,
+    final_status,
     write_failure_record,
 )
 from canonical_network.utils.checks import ConfigError, check_choice, validate_run_config
@@ -142,10 +143,12 @@ class RunFolderFinished(RuntimeError):
 
 
 def refuse_finished(output_dir: Path) -> None:
-    """Raise :class:`RunFolderFinished` when ``output_dir`` holds a completed run's ``results.json``."""
-    if is_completed(output_dir):
+    """Raise :class:`RunFolderFinished` when ``output_dir`` holds a finished run's ``results.json`` (completed,
+    or diverged: a rerun would only repeat it)."""
+    status = final_status(output_dir)
+    if status is not None:
         raise RunFolderFinished(
-            f"run folder {output_dir} holds a completed run (its results.json), whose record is final: nothing "
+            f"run folder {output_dir} holds a {status} run (its results.json), whose record is final: nothing "
             "was written. To train it further, start a new folder from its checkpoint: hydra.run.dir=<new folder> "
             f"ckpt_path={output_dir / 'checkpoints' / 'last.ckpt'}; to train the row again, leave hydra.run.dir "
             "to its default"
@@ -194,7 +197,7 @@ def run(cfg: DictConfig) -> RunResults:
 
 
 def _run(cfg: DictConfig) -> RunResults:
-    from canonical_network.tasks.callbacks import RunCheckpoint
+    from canonical_network.tasks.callbacks import DivergenceMonitor, RunCheckpoint
 
     start = time.time()
     test_ckpt = check_choice("test_ckpt", cfg.get("test_ckpt", "best"), TEST_CKPTS)
@@ -238,13 +241,20 @@ def _run(cfg: DictConfig) -> RunResults:
 
     best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
     clock = next((cb for cb in callbacks if type(cb).__name__ == "FitClock"), None)
+    monitor = next((cb for cb in callbacks if isinstance(cb, DivergenceMonitor)), None)
+    final_loss = trainer.callback_metrics.get("train/loss_epoch")
+    divergence = monitor.verdict(to_float(final_loss) if final_loss is not None else None, test_metrics) \
+        if monitor is not None else None
+    if divergence:
+        log.warning("The run diverged (%s): recorded as diverged, not as a result", divergence)
     results = run_record(
-        cfg, config, status=COMPLETED, metrics=test_metrics, params=param_counts,
+        cfg, config, status=DIVERGED if divergence else COMPLETED, metrics=test_metrics, params=param_counts,
         checkpoint=best_path or "final weights", trainer=trainer, started=start, output_dir=output_dir,
         best_val={cfg.optimized_metric: to_float(best_score)} if best_score is not None else {},
         epochs=trainer.current_epoch,
         resumed_from=resumed_from,
         fit_time_s=round(clock.total_s, 2) if clock is not None else None,
+        **({"divergence": divergence} if divergence else {}),
     )
     finish(results, output_dir, trainer, loggers, log)
     return results

@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from canonical_network.records import RESULTS_FILE, RunResults, read_results
+from canonical_network.records import FINAL_STATUSES, RESULTS_FILE, RunResults, read_results
 
 # Rows that need another row's finished run: (experiment) -> (source experiment, override key).
 DEPENDS_ON = {"rotmnist/cn_pretrained": ("rotmnist/cn_p64", "canonicalization.checkpoint")}
@@ -38,11 +38,12 @@ def job_dir(out: Path, experiment: str, seed: int, variant: str = "") -> Path:
 
 
 def completed(run_dir: Path) -> RunResults | None:
+    """The job's record when it is final: completed, or diverged (rerunning it would only repeat that)."""
     path = run_dir / RESULTS_FILE
     if not path.is_file():
         return None
     record = read_results(path)
-    return record if record.get("status") == "completed" else None
+    return record if record.get("status") in FINAL_STATUSES else None
 
 
 def run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
@@ -56,15 +57,15 @@ def run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads
 def _run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
              finished: dict[tuple[str, int], threading.Event], variant: str) -> str:
     run_dir = job_dir(out, experiment, seed, variant)
-    if completed(run_dir):
-        return f"skip {experiment} seed {seed} (completed)"
+    if record := completed(run_dir):
+        return f"skip {experiment} seed {seed} ({record['status']})"
     extra = []
     if experiment in DEPENDS_ON:
         source, key = DEPENDS_ON[experiment]
         if (source, seed) in finished:  # queued before this job, so it is running or done: wait for it
             finished[(source, seed)].wait()
         record = completed(job_dir(out, source, seed, variant))
-        if record is None:
+        if record is None or record["status"] != "completed":
             return f"FAILED {experiment} seed {seed}: {source} seed {seed} has not completed in {out}"
         extra.append(f"{key}={record['checkpoint']}")
     cmd = [sys.executable, "-m", "canonical_network.train", f"experiment={experiment}", f"seed={seed}",

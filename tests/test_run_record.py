@@ -98,3 +98,33 @@ def test_resume_false_sets_the_old_run_aside(tmp_path):
     assert (aside / "checkpoints" / "last.ckpt").read_bytes() == old_last
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("last")) == ["last.ckpt"]
     assert len(load_runs(tmp_path)) == 1  # the set-aside files hold no second results.json
+
+
+def test_an_exploded_run_is_recorded_as_diverged_and_never_pooled(tmp_path):
+    """lr=1e6 gives a finite but exploded loss: the record says diverged (with why), readers skip it, and the
+    folder is final like a completed one. The default learning rate on the same data is not flagged."""
+    from canonical_network.records import DIVERGED
+
+    exploded = run(shrink(compose_config([*ROW, "model.optimizer.lr=1e6"], tmp_path / "exploded")))
+    assert exploded["status"] == DIVERGED
+    assert "untrained model" in exploded["divergence"] or "not finite" in exploded["divergence"]
+    assert json.loads((tmp_path / "exploded" / RESULTS_FILE).read_text())["status"] == DIVERGED
+    fine = run(shrink(compose_config(ROW, tmp_path / "fine")))
+    assert fine["status"] == "completed" and "divergence" not in fine
+    assert sorted(r["status"] for r in load_runs(tmp_path)) == ["completed", DIVERGED]  # tables take completed
+    with pytest.raises(RunFolderFinished, match="holds a diverged run"):
+        run(shrink(compose_config([*ROW, "model.optimizer.lr=1e6"], tmp_path / "exploded")))
+
+
+def test_divergence_criterion():
+    from canonical_network.tasks.callbacks import DivergenceMonitor
+
+    monitor = DivergenceMonitor(factor=10)
+    monitor.initial_loss = 2.3
+    assert monitor.verdict(0.1, {"test/loss": 0.4}) is None
+    assert monitor.verdict(2.5, {"test/loss": 2.4}) is None  # learned nothing: a floor, not a divergence
+    assert "exceeds 10 x" in monitor.verdict(6e18, {})
+    assert "test loss" in monitor.verdict(0.1, {"test/loss": 30.0})
+    assert "not finite: test/error" in monitor.verdict(0.1, {"test/error": float("nan")})
+    with pytest.raises(ValueError, match="callbacks.divergence.factor"):
+        DivergenceMonitor(factor=1)

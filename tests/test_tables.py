@@ -146,3 +146,36 @@ def test_latex_escapes_special_characters(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("G-CNN (p4 \\& = params)"))
     assert row.count(" & ") == 3  # Method, ours, paper, Δ: the row name's "&" is escaped
     assert row.startswith("G-CNN (p4 \\& = params) & 2.50 $\\pm$ 0.00 (n=1) & 2.36 $\\pm$ 0.15 & +0.14")
+
+
+def test_runs_pool_only_when_they_differ_by_the_seed(tmp_path):
+    """A run with another learning rate, or one limited to a few batches an epoch, is not the paper's row:
+    each set of overrides makes its own row, named after it, without the paper's number."""
+    def result(name, error, overrides):
+        folder = tmp_path / name
+        folder.mkdir()
+        write_results(folder, {"experiment": "rotmnist/cnn", "status": "completed", "seed": 0, "metrics":
+                               {"test/error": error}, "overrides": ["experiment=rotmnist/cnn", *overrides],
+                               "config": {}})
+
+    result("default0", 2.0, ["seed=0"])
+    result("default1", 4.0, ["seed=1", "logger=csv"])
+    result("lr", 50.0, ["model.optimizer.lr=0.05"])
+    result("short", 80.0, ["trainer.limit_train_batches=2"])
+    rows = dict(tables.build_table(tables.paper_tables()["rotmnist_table1"], tables.load_runs(tmp_path)))
+    assert rows["CNN (base)"][0].values == [2.0, 4.0] and rows["CNN (base)"][0].paper is not None
+    assert rows["CNN (base) [model.optimizer.lr=0.05]"][0].values == [50.0]
+    assert rows["CNN (base) [model.optimizer.lr=0.05]"][0].paper is None
+    assert rows["CNN (base) [trainer.limit_train_batches=2]"][0].values == [80.0]
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '"text"', '{"experiment": "rotmnist/cnn", "metrics": [1]}',
+                                     '{"experiment": "rotmnist/cnn", "metrics": {"test/error": "low"}}'])
+def test_a_malformed_record_is_named_and_skipped(tmp_path, capsys, content):
+    write_result(tmp_path, "ok", "rotmnist/cnn", {"test/error": 2.5})
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / RESULTS_FILE).write_text(content)
+    assert tables.main([str(tmp_path), "--table", "rotmnist_table1"]) == 0
+    out, err = capsys.readouterr()
+    assert f"skipping unreadable {tmp_path / 'bad' / RESULTS_FILE}: not a run record" in err
+    assert "2.50 ± 0.00 (n=1)" in out

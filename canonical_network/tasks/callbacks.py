@@ -242,3 +242,69 @@ class RunCheckpoint(ModelCheckpoint):
             state["best_k_models"] = {self._own_path(k): v for k, v in state["best_k_models"].items()}
         state["dirpath"] = self.dirpath  # re-rooted: restore the scores too
         super().load_state_dict(state)
+
+
+class DivergenceMonitor(Callback):
+    """Tell a run whose training diverged from one that finished: ``train`` records it as ``"diverged"``.
+
+    The stated criterion (:meth:`verdict`), with ``L₀`` the training loss of the very first batch (computed
+    before any update: the untrained model's loss, about ln C for a C-class classifier):
+
+    * the training loss of an epoch is not finite (training then stops at once: nothing more can be learned);
+    * the last epoch's mean training loss exceeds ``factor × L₀``: training made the model far worse than it
+      started (an exploding loss that stays finite, e.g. ``model.optimizer.lr=1e6``: 6e18);
+    * a test metric is not finite, or the test loss exceeds ``factor × L₀``.
+
+    A run that learned nothing sits near ``L₀`` and is *not* flagged: that is a result (a floor), not a
+    divergence. ``L₀`` is kept in checkpoints, so a resumed run judges against the same start.
+    """
+
+    def __init__(self, factor: float = 10.0) -> None:
+        from canonical_network.utils.checks import check_number
+
+        self.factor = check_number("callbacks.divergence.factor", factor, low=1, low_inclusive=False)
+        self.initial_loss: float | None = None
+        self.nonfinite_epoch: int | None = None
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx) -> None:
+        if self.initial_loss is None:
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            if loss is not None:
+                self.initial_loss = float(loss.detach()) if torch.is_tensor(loss) else float(loss)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        value = trainer.callback_metrics.get("train/loss_epoch")
+        if value is not None and not torch.isfinite(torch.as_tensor(value)).all() and self.nonfinite_epoch is None:
+            self.nonfinite_epoch = trainer.current_epoch
+            trainer.should_stop = True
+            log.warning("training loss is not finite at epoch %d: training stops (the run will be recorded as "
+                        "diverged)", trainer.current_epoch)
+
+    def verdict(self, final_train_loss: float | None, test_metrics: dict[str, float]) -> str | None:
+        """Why the run diverged (one sentence), or ``None`` when it did not."""
+        import math
+
+        if self.nonfinite_epoch is not None:
+            return f"the training loss was not finite at epoch {self.nonfinite_epoch}"
+        bad = sorted(k for k, v in test_metrics.items() if not math.isfinite(v))
+        if bad:
+            return f"test metric(s) not finite: {', '.join(bad)}"
+        if self.initial_loss is None or not math.isfinite(self.initial_loss):
+            return None
+        limit = self.factor * abs(self.initial_loss)
+        if final_train_loss is not None and not math.isfinite(final_train_loss):
+            return "the last epoch's training loss is not finite"
+        if final_train_loss is not None and final_train_loss > limit:
+            return (f"the last epoch's training loss {final_train_loss:.4g} exceeds {self.factor:g} x the "
+                    f"untrained model's {self.initial_loss:.4g}")
+        test_loss = test_metrics.get("test/loss")
+        if test_loss is not None and test_loss > limit:
+            return f"the test loss {test_loss:.4g} exceeds {self.factor:g} x the untrained model's training loss {self.initial_loss:.4g}"
+        return None
+
+    def state_dict(self) -> dict:
+        return {"initial_loss": self.initial_loss, "nonfinite_epoch": self.nonfinite_epoch}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.initial_loss = state_dict.get("initial_loss")
+        self.nonfinite_epoch = state_dict.get("nonfinite_epoch")
