@@ -281,8 +281,18 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
         log.exception("could not write the failure record")
 
 
+def main() -> float | None:
+    """The command line (console script ``cn-train``): experiment names are checked before Hydra composes."""
+    import sys
+
+    from canonical_network.utils.config import check_experiment_names
+
+    check_experiment_names(sys.argv[1:])
+    return _main()
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def _main(cfg: DictConfig) -> float | None:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     try:

@@ -174,3 +174,29 @@ def test_trainer_uses_the_atomic_writer(tmp_path, monkeypatch):
     assert results["status"] == "completed"
     assert str(tmp_path / "checkpoints" / "last.ckpt") in saved  # every checkpoint of the run went through it
     assert all(p.startswith(str(tmp_path / "checkpoints")) for p in saved)
+
+
+def test_a_full_disk_says_so_and_where(tmp_path, monkeypatch):
+    """torch's zip writer reports a full disk as "[enforce fail at inline_container.cc:...]": the error says
+    "no space left on device" and names the file instead; another failure keeps its own message."""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    import torch
+
+    from canonical_network.utils import checkpoints
+
+    def full_write(obj, stream):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(torch, "save", full_write)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 4096, 4096))
+    with pytest.raises(OSError, match=r"no space left on device: could not write the checkpoint .*last\.ckpt") as info:
+        checkpoints.atomic_torch_save({"x": 1}, tmp_path / "last.ckpt")
+    assert info.value.errno == errno.ENOSPC
+    assert not list(tmp_path.iterdir())  # no partial file left
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 0, 10**9))
+    with pytest.raises(RuntimeError, match="enforce fail"):  # plenty of space: not called a full disk
+        checkpoints.atomic_torch_save({"x": 1}, tmp_path / "last.ckpt")

@@ -72,3 +72,39 @@ def test_the_slurm_launcher_installs_the_sacct_fallback():
         assert getattr(SlurmInfoWatcher._make_command, "_cn_sacct_fallback", False)
     finally:
         slurm.uninstall_sacct_fallback()
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_stopping_the_launcher_stops_its_jobs(tmp_path, sig):
+    """Ctrl-C (or SIGTERM) sent to a local multirun's launcher process alone: its running jobs stop with it
+    (none is left training), and no further job starts."""
+    import signal
+    import time
+
+    from hydra_plugins.canonical_network_launcher import terminate_children
+
+    assert terminate_children(0) == []  # signal 0: this test process has no child yet
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "canonical_network.train", "-m", "hydra/launcher=local", "hydra.launcher.max_jobs=1",
+           "experiment=rotmnist/cnn", "seed=0,1", "logger=none", "trainer.max_epochs=50",
+           "trainer.limit_train_batches=4", "trainer.limit_val_batches=1", f"hydra.sweep.dir={sweep}"]
+    launcher = subprocess.Popen(cmd, cwd=PROJECT_ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not list(sweep.glob("*/checkpoints/last.ckpt")) and time.time() < deadline:
+        time.sleep(0.2)
+    assert list(sweep.glob("*/checkpoints/last.ckpt")), "the first job should be training"
+    from pathlib import Path
+
+    # the jobs are started from the pool's threads: each thread lists its own children
+    jobs = [int(pid) for task in Path(f"/proc/{launcher.pid}/task").iterdir()
+            for pid in (task / "children").read_text().split()]
+    assert jobs, "the launcher should have a job process"
+    launcher.send_signal(getattr(signal, sig))
+    launcher.communicate(timeout=120)
+    assert launcher.returncode != 0
+    time.sleep(1)
+    for pid in jobs:  # gone (or a zombie reaped by init): never still training
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+    assert not list(sweep.glob("*/results.json"))  # neither job finished; the second never started
+    assert len([p for p in sweep.iterdir() if not p.name.startswith(".") and p.is_dir()]) <= 1

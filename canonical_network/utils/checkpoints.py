@@ -39,16 +39,50 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save(obj, path)``, but through a temporary file in the same folder renamed into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        full = _disk_full(error, path)
+        if full is None:
+            raise
+        raise full from error
     try:
         with os.fdopen(handle, "wb") as stream:
             torch.save(obj, stream)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
+        full = _disk_full(error, path) if isinstance(error, Exception) else None
+        if full is not None:
+            raise full from error
         raise
+
+
+#: Below this much free space, a failed write is taken for a full disk (torch's zip writer reports one as
+#: "[enforce fail at inline_container.cc:...] unexpected pos", with no errno).
+DISK_FULL_BELOW = 64 * 2**20
+
+
+def _disk_full(error: BaseException, path: Path) -> OSError | None:
+    """An ``OSError(ENOSPC)`` that says so and where, when ``error`` came from a full disk; else ``None``."""
+    import errno
+    import shutil
+
+    chain, cause = [], error
+    while cause is not None and len(chain) < 10:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        free = None
+    if any(getattr(e, "errno", None) == errno.ENOSPC for e in chain) or (free is not None and free < DISK_FULL_BELOW):
+        where = f"{free / 2**20:.1f} MiB free there" if free is not None else "free space unknown"
+        return OSError(errno.ENOSPC, f"no space left on device: could not write the checkpoint {path} ({where}); "
+                       "free some space (or point paths.log_dir elsewhere) and rerun to resume")
+    return None
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

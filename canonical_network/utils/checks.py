@@ -162,6 +162,47 @@ def validate_run_config(cfg: Any) -> None:
     canonicalization = cfg.get("canonicalization") or {}
     if _short(canonicalization.get("_target_")) == "from_checkpoint" and canonicalization.get("checkpoint"):
         _check_pretrained_source(str(canonicalization.checkpoint), data)
+    for group in ("canonicalization", "prediction"):
+        check_group_keys(cfg, group)
+
+
+def check_group_keys(cfg: Any, group: str) -> None:
+    """Raise :class:`ConfigError` when ``cfg.<group>`` holds keys its ``_target_`` does not take.
+
+    It happens when a row's experiment file sets keys for its own option of a group and the command line picks
+    another option (``experiment=rotmnist/cn_p4 canonicalization=identity``: the row's ``num_rotations`` reach
+    the identity canonicalizer). The message names the keys and how to drop them, instead of a TypeError from
+    deep inside instantiation.
+    """
+    import inspect
+
+    node = cfg.get(group)
+    if not node or not isinstance(node.get("_target_"), str):
+        return
+    try:
+        from hydra.utils import get_object
+
+        target = get_object(node["_target_"])
+        if inspect.isclass(target):  # the constructor's own arguments, and those a metaclass takes on top
+            parameters = [*list(inspect.signature(target.__init__).parameters.values())[1:],
+                          *(p for p in inspect.signature(type(target).__call__).parameters.values()
+                            if p.kind is inspect.Parameter.KEYWORD_ONLY)]
+        else:
+            parameters = list(inspect.signature(target).parameters.values())
+    except Exception:
+        return  # an unknown target fails with its own message when it is built
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    accepted = {p.name for p in parameters}
+    extra = [k for k in node if not str(k).startswith("_") and k not in accepted]
+    if extra:
+        option = _short(node["_target_"])
+        drops = " ".join(f"~{group}.{k}" for k in extra)
+        raise ConfigError(
+            f"{group}: {option} takes no {', '.join(extra)} (set by experiment={cfg.get('experiment_name')} for its "
+            f"own {group}, or on the command line). Drop them with: {drops} ; or choose the row made for this "
+            f"option; {option} takes: {', '.join(sorted(accepted)) or 'no arguments'}"
+        )
 
 
 def _check_pretrained_source(checkpoint: str, data: str) -> None:

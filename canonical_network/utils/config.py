@@ -57,3 +57,36 @@ def compose_experiment(overrides: list[str] | tuple[str, ...] = (), config_name:
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name=config_name, overrides=list(overrides))
+
+
+def known_experiments() -> list[str]:
+    """Every ``experiment=`` choice: ``configs/experiment/<family>/<row>.yaml`` as ``<family>/<row>``."""
+    root = CONFIG_DIR / "experiment"
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+
+
+def check_experiment_names(arguments: list[str], command: str = "canonical_network.train") -> None:
+    """Exit with one clear message for an ``experiment=<name>`` of the command line that does not exist: the
+    close matches and the rows of its family (Hydra says only "Could not find 'experiment/<name>'")."""
+    import difflib
+
+    known = known_experiments()
+    for argument in arguments:
+        key, _, value = argument.lstrip("+").partition("=")
+        if key != "experiment" or not value or "(" in value:  # sweep functions (glob(...)) are Hydra's to expand
+            continue
+        for name in (v.strip() for v in value.split(",")):
+            if name in known or name in ("null", ""):
+                continue
+            family = name.split("/")[0]
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+            rows = [k for k in known if k.startswith(f"{family}/")]
+            message = f"experiment={name} does not exist (no configs/experiment/{name}.yaml)."
+            if close:
+                message += f" Did you mean: {', '.join(close)}?"
+            if rows:
+                message += f" The {family} rows: {', '.join(rows)}."
+            else:
+                families = sorted({k.split('/')[0] for k in known})
+                message += f" Families: {', '.join(families)} (configs/experiment/<family>/<row>.yaml)."
+            raise SystemExit(f"{command}: error: {message}")

@@ -94,9 +94,14 @@ def instantiate_loggers(cfg: DictConfig, output_dir: Path, **wandb_arguments: An
 
 
 def instantiate_callbacks(cfg: DictConfig) -> list:
-    """The callbacks of ``cfg.callbacks`` (a dict keyed by name; entries without ``_target_`` are off)."""
+    """The callbacks of ``cfg.callbacks`` (a dict keyed by name; entries without ``_target_`` are off).
+
+    ``trainer.enable_progress_bar=false`` also leaves out the progress-bar callback (Lightning refuses the
+    two together)."""
+    no_bar = (cfg.get("trainer") or {}).get("enable_progress_bar") is False
     return [
-        hydra.utils.instantiate(cb) for cb in (cfg.get("callbacks") or {}).values() if cb and "_target_" in cb
+        hydra.utils.instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()
+        if cb and "_target_" in cb and not (no_bar and str(cb["_target_"]).endswith("ProgressBar"))
     ]
 
 

@@ -17,7 +17,10 @@ Both live in the ``hydra_plugins`` namespace because Hydra instantiates launcher
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -26,6 +29,33 @@ from hydra.core.utils import JobReturn
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
 
 from canonical_network.utils.checks import check_int
+
+log = logging.getLogger(__name__)
+
+
+def terminate_children(sig: int = signal.SIGTERM) -> list[int]:
+    """Send ``sig`` to every direct child process of this one (submitit's local jobs); returns their pids.
+
+    Read from ``/proc`` (Linux, where the local launcher runs jobs); elsewhere nothing is found.
+    """
+    me, children = os.getpid(), []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                # "pid (comm) state ppid ...": comm may hold spaces, so split after its closing parenthesis
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            children.append(int(entry))
+    for pid in children:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    return children
 
 
 class BoundedLocalLauncher(LocalLauncher):
@@ -37,13 +67,35 @@ class BoundedLocalLauncher(LocalLauncher):
         self.max_jobs = max_jobs or os.cpu_count() or 1
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Run the jobs, ``max_jobs`` at a time. Stopping the launcher (Ctrl-C, SIGINT or SIGTERM sent to its
+        process) stops its jobs too: each running job gets SIGTERM (a training run saves its checkpoint and
+        exits, to be resumed by rerunning the sweep in the same folder) and no further job starts."""
+        stop = threading.Event()
+
         # One submitit job per call of the parent's launch; each call blocks until its job ends, so a pool
         # of max_jobs threads keeps at most max_jobs jobs running.
         def one(index: int) -> JobReturn:
+            if stop.is_set():
+                raise RuntimeError(f"job {initial_job_idx + index} not started: the multirun was stopped")
             return super(BoundedLocalLauncher, self).launch([job_overrides[index]], initial_job_idx + index)[0]
 
-        with ThreadPoolExecutor(max_workers=min(self.max_jobs, len(job_overrides))) as pool:
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+        previous = signal.signal(signal.SIGTERM, interrupt)
+        pool = ThreadPoolExecutor(max_workers=min(self.max_jobs, len(job_overrides)))
+        try:
             return list(pool.map(one, range(len(job_overrides))))
+        except KeyboardInterrupt:
+            stop.set()
+            stopped = terminate_children()
+            log.warning("multirun stopped: SIGTERM sent to its %d running job(s) (processes %s); rerun the same "
+                        "command with hydra.sweep.dir=%s to resume them", len(stopped), stopped,
+                        self.config.hydra.sweep.dir if self.config is not None else "<the sweep folder>")
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            signal.signal(signal.SIGTERM, previous)
 
 
 class SacctFallbackSlurmLauncher(SlurmLauncher):
