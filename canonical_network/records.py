@@ -230,8 +230,13 @@ def dataset_of(run: dict) -> tuple[str, bool]:
 
 
 def budget_of(run: dict) -> str:
+    """The run's training budget: its epoch cap, and "no early stopping" when it had none (the best validation
+    epoch of the whole budget is tested, as EGNN's N-body protocol does)."""
     cap = run.get("config.trainer.max_epochs")
-    return f"≤ {cap} epochs" if cap is not None else "budget not recorded"
+    text = f"≤ {cap} epochs" if cap is not None else "budget not recorded"
+    if "config.callbacks.early_stopping" in run and run["config.callbacks.early_stopping"] is None:
+        text += ", no early stopping"
+    return text
 
 
 def budget_sort_key(run: dict) -> float:
@@ -245,6 +250,7 @@ def budget_sort_key(run: dict) -> float:
 NEUTRAL_OVERRIDE_PREFIXES = (
     "experiment=", "seed=", "hydra.", "logger", "~callbacks.rich_progress_bar", "callbacks.rich_progress_bar",
     "trainer.max_epochs=", "trainer.enable_progress_bar=", "canonicalization.checkpoint=", "trainer=",
+    "callbacks.early_stopping=null", "~callbacks.early_stopping",  # reported as the budget (budget_of)
     "data.num_workers=", "paths.", "sweep=", "matmul_precision=",
     "data.rotation=",  # selects the column of a point-cloud table (matched through config.data.rotation)
     "data=",  # the data set: tables and reports give each data set its own table (records.dataset_of)

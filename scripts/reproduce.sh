@@ -134,13 +134,17 @@ case "${1:-}" in
   nbody-gap)  # issue 33: our CN-GNN (0.0070 at 1,000 epochs, n = 3) against the authors' code on the same data
               # (0.0050-0.0058, shared/reference/authors-nbody-2026-11-28): one difference at a time, seeds 0-1,
               # the 1,000-epoch budget of the nbody stage; every variant keeps the canonicalizer equivariant
-    # the authors' canonicalizer shape (4 layers of 16 VN channels, ours 2 x 32 from App. G.2), its inputs (the
-    # centred positions alone, ours [x - x̄, q(x - x̄), v, qv]), then both with its centroid translation
-    run canon4x16 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.num_layers=4 \
-      canonicalization.hidden_dim=16
-    run inputs_p "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.features=p
-    run authors_arch "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.num_layers=4 \
-      canonicalization.hidden_dim=16 canonicalization.features=p canonicalization.translation=centroid ;;
+    # the authors' canonicalizer shape (4 layers of 16 VN channels, ours 2 x 32 from App. G.2), the three
+    # equivariant differences together (that shape, the centred positions alone as inputs, ours
+    # [x - x̄, q(x - x̄), v, qv], and its centroid translation), then the inputs alone; seed 0 of each first
+    local seeds
+    for seeds in 0 1; do
+      run canon4x16 "$seeds" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.num_layers=4 \
+        canonicalization.hidden_dim=16
+      run authors_arch "$seeds" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.num_layers=4 \
+        canonicalization.hidden_dim=16 canonicalization.features=p canonicalization.translation=centroid
+      run inputs_p "$seeds" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.features=p
+    done ;;
   pointclouds)
     for rotation in z/z z/so3 so3/so3; do
       run "${rotation//\//_}" "0 1" modelnet/pointnet modelnet/dgcnn modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \

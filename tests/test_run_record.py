@@ -122,9 +122,11 @@ def test_divergence_criterion():
     monitor = DivergenceMonitor(factor=10)
     monitor.initial_loss = 2.3
     assert monitor.verdict(0.1, {"test/loss": 0.4}) is None
+    assert "not finite at epoch 3" in DivergenceMonitor.verdict(
+        type("M", (), {"nonfinite_epoch": 3, "initial_loss": 2.3, "factor": 10.0})(), 0.1, {})
     assert monitor.verdict(2.5, {"test/loss": 2.4}) is None  # learned nothing: a floor, not a divergence
     assert "exceeds 10 x" in monitor.verdict(6e18, {})
-    assert "test loss" in monitor.verdict(0.1, {"test/loss": 30.0})
+    assert monitor.verdict(0.1, {"test/loss": 30.0}) is None  # batch norm after a few batches: not a divergence
     assert "not finite: test/error" in monitor.verdict(0.1, {"test/error": float("nan")})
     with pytest.raises(ValueError, match="callbacks.divergence.factor"):
         DivergenceMonitor(factor=1)
