@@ -81,6 +81,9 @@ class Claim:
     #: the per-seed differences (paired t) instead of two independent samples.
     paired: bool = False
     trend_x: tuple[float, ...] = ()
+    #: compare ``a`` with ``b_scale × b`` (each run of ``b`` scaled): "a is more than 20 % better than b" is
+    #: ``a`` beats ``0.8 × b`` (lower is better)
+    b_scale: float = 1.0
 
 
 def _invariance_claims() -> list[Claim]:
@@ -141,6 +144,13 @@ CLAIMS: list[Claim] = [
     Claim("CN-GNN beats FA-GNN", "nbody_table", ("CN-GNN", 0), ("FA-GNN", 0), source="Table 3"),
     Claim("Learned beats frozen: CN-GNN < CN-GNN (frozen)", "nbody_table", ("CN-GNN", 0),
           ("CN-GNN (frozen)", 0), source="Table 3"),
+    # §5.2's ablation: CN-GNN-O(3) gives "only marginally worse performance" (paper 0.0045 vs 0.0043): equal
+    # within 0.0005, about 10 % of CN-GNN's error; the frozen canonicalizer gives "a significant improvement of
+    # more than 20%" over the GNN alone (0.0085 vs 0.0107): frozen < 0.8 x GNN
+    Claim("CN-GNN-O(3) only marginally worse than CN-GNN (within 0.0005)", "nbody_table", ("CN-GNN-O(3)", 0),
+          ("CN-GNN", 0), relation="equal", tolerance=0.0005, source="Table 3"),
+    Claim("Frozen canonicalization is > 20 % better than the GNN: CN-GNN (frozen) < 0.8 x GNN", "nbody_table",
+          ("CN-GNN (frozen)", 0), ("GNN", 0), source="Table 3", b_scale=0.8),
     Claim("CN(NL)-PointNet beats PointNet under z/SO(3)", "modelnet_table", ("CN(NL)-PointNet", 1),
           ("PointNet", 1), source="Table 4"),
     Claim("CN(NL)-DGCNN beats DGCNN under z/SO(3)", "modelnet_table", ("CN(NL)-DGCNN", 1), ("DGCNN", 1),
@@ -530,9 +540,11 @@ def check_claims(tables: dict, cells_by_table: dict) -> list[ClaimCheck]:
                 diff, half, p = paired_interval(a_values, b_values)
                 counts, test = f"{len(a_values)} pairs", "paired t"
             else:
-                diff, half, p = welch_interval(a.values, b.values)
+                diff, half, p = welch_interval(a.values, [claim.b_scale * v for v in b.values])
                 counts, test = f"{len(a.values)}, {len(b.values)}", ""
             interval = f"{diff:+.{digits}f}" + (f" ± {half:.{digits}f}" if half is not None else "")
+            if claim.b_scale != 1.0:
+                interval += f" (a − {claim.b_scale:g} b)"
             if claim.relation == "equal":
                 interval += f" (tolerance ±{claim.tolerance:g})"
             shown_p = "–" if p is None else f"{p:.2g}" + (f" ({test})" if test else "")

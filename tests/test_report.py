@@ -567,3 +567,17 @@ def test_table5b_checks_that_the_canonicalized_pointnet_beats_pointnet_under_z_s
     assert "+33.5 ± " in claim and "| 2, 2 |" in claim and "**holds**" in claim
     # no DGCNN run: its claim is not shown
     assert "CN(NL)-DGCNN beats DGCNN under z/SO(3) (Table 5b)" not in text
+
+
+def test_a_claim_against_a_scaled_side(tmp_path):
+    """"More than 20 % better than the GNN" is CN-GNN (frozen) < 0.8 x GNN: the paper's 0.0085 against 0.0107 is
+    not resolved at n = 3 with this spread (0.0085 - 0.8 x 0.0107 = -0.00006); 0.0080 holds."""
+    runs = tmp_path / "runs"
+    nbody = "canonical_network.data.nbody.NBodyDataModule"
+    for seed, (frozen, gnn) in enumerate([(0.0080, 0.0107), (0.0079, 0.0108), (0.0081, 0.0106)]):
+        write_run(runs, f"frozen{seed}", "nbody/cn_gnn_frozen", seed, {"test/mse": frozen}, data=nbody)
+        write_run(runs, f"gnn{seed}", "nbody/gnn", seed, {"test/mse": gnn}, data=nbody)
+    text = report.build_report([runs], tmp_path / "out").read_text()
+    claim = next(line for line in text.splitlines() if line.startswith("| Frozen canonicalization is > 20 %"))
+    # Welch on a and 0.8 b: -0.00056, sd 0.0001 and 0.00008, 4 df: half-width 0.0002
+    assert "-0.0006 ± 0.0002 (a − 0.8 b)" in claim and "**holds**" in claim

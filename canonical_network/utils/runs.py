@@ -244,16 +244,16 @@ def save_hydra_record(cfg: DictConfig, output_dir: Path) -> None:
     """
     from omegaconf import OmegaConf
 
-    record = output_dir / HYDRA_RECORD_DIR
-    files = {"config.yaml": OmegaConf.to_yaml(cfg)}
-    try:
-        from hydra.core.hydra_config import HydraConfig
+    from hydra.core.hydra_config import HydraConfig
 
+    try:
         hydra_cfg = HydraConfig.get()
-        files["hydra.yaml"] = OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg}))
-        files["overrides.yaml"] = OmegaConf.to_yaml(OmegaConf.create(list(hydra_cfg.overrides.task)))
-    except ValueError:  # composed outside @hydra.main (tests, notebooks): the config alone
-        pass
+    except ValueError:  # composed outside @hydra.main (tests, notebooks): no Hydra record, as Hydra writes none
+        return
+    record = output_dir / HYDRA_RECORD_DIR
+    files = {"config.yaml": OmegaConf.to_yaml(cfg),
+             "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
+             "overrides.yaml": OmegaConf.to_yaml(OmegaConf.create(list(hydra_cfg.overrides.task)))}
     changed = [n for n, text in files.items() if (record / n).is_file() and (record / n).read_text() != text]
     if changed:
         previous = record / "previous" / time.strftime("%Y-%m-%dT%H-%M-%SZ", time.gmtime())
