@@ -145,7 +145,7 @@ def assert_well_posed(overrides: list[str], checkpoint: Path) -> None:
     and kNN graphs no rounding can change (3-D)."""
     cfg = compose_experiment(overrides, config_name="diagnose")
     model = hydra.utils.instantiate(cfg.model)
-    model.load_state_dict(torch.load(checkpoint, weights_only=False)["state_dict"])
+    model.load_state_dict(torch.load(checkpoint, weights_only=True)["state_dict"])
     model = model.eval()
     inputs, _ = select_inputs(hydra.utils.instantiate(cfg.data), model, NUM_SAMPLES)
     h = model.canonicalizer

@@ -33,8 +33,11 @@ from tests.test_fa_gnn import frame_condition as pca_condition
 # Simulations per split of the tiny dataset; 16 test systems make one batch of real frames.
 TINY = {"num_train": 16, "num_valid": 8, "num_test": 16}
 NBODY_EXPERIMENTS = [e for e in EXPERIMENTS if e.startswith("nbody/")]
-# Rows whose model is E(3)-equivariant by construction (Table 3): all but the plain GNN.
-EQUIVARIANT_ROWS = ["linear", "egnn", "fa_gnn", "cn_gnn", "cn_gnn_o3", "cn_gnn_frozen"]
+# Rows whose model is E(3)-equivariant by construction (Table 3): all but the plain GNN and the SE3_ROWS.
+EQUIVARIANT_ROWS = ["linear", "egnn", "fa_gnn", "cn_gnn", "cn_gnn_o3", "cn_gnn_frozen", "radial_field"]
+# Rows equivariant to rotations and translations but not reflections, as the EGNN repository's models they
+# reproduce: checked in tests/test_tensor_field_rows.py (float64, models built with e3nn's float64 constants).
+SE3_ROWS = ["tfn", "se3_transformer"]
 # nbody experiments that are not rows of Table 3: our whole-GNN frame averaging, beside Puny et al.'s fa_gnn.
 VARIANTS = ["fa_gnn_global"]
 #: ``n`` of the equivariance tolerances (tests/helpers.py): the longest chain of sums of the GNN-type
@@ -127,7 +130,7 @@ def equivariance_check(model: torch.nn.Module, frames, dtype: torch.dtype) -> tu
 
 
 def test_every_table_row_has_an_experiment():
-    assert set(NBODY_EXPERIMENTS) == {f"nbody/{row}" for row in ["gnn", *EQUIVARIANT_ROWS, *VARIANTS]}
+    assert set(NBODY_EXPERIMENTS) == {f"nbody/{row}" for row in ["gnn", *EQUIVARIANT_ROWS, *SE3_ROWS, *VARIANTS]}
 
 
 def test_forward_contract(frames):
@@ -150,7 +153,7 @@ def test_real_frames_have_unique_pca_axes(frames):
 #: learned frames (κ ~ 50 on these systems) and the layer-wise FA-GNN's four compounded re-framings
 #: (Π (1 + κ_l) ~ 1e6) put theirs above 1 % of the scale, so they are checked in float64 only, where the same
 #: bounds are ≤ ~1e-9 of the scale.
-FLOAT32_ROWS = ["linear", "egnn", "fa_gnn_global"]
+FLOAT32_ROWS = ["linear", "egnn", "fa_gnn_global", "radial_field"]
 
 
 @pytest.mark.parametrize(

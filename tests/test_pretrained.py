@@ -22,7 +22,7 @@ def _finished_run(tmp_path, experiment):
 def test_pretrained_canonicalizer_has_the_trained_weights_and_stays_frozen(tmp_path, rotated_digits):
     ckpt = _finished_run(tmp_path / "p4", "rotmnist/cn_p4")
     trained = {k[len("network.canonicalizer."):]: v
-               for k, v in torch.load(ckpt, weights_only=False)["state_dict"].items()
+               for k, v in torch.load(ckpt, weights_only=True)["state_dict"].items()
                if k.startswith("network.canonicalizer.")}
     cfg = compose_config(["experiment=rotmnist/cn_pretrained", f"canonicalization.checkpoint={ckpt}"])
     model = hydra.utils.instantiate(cfg.model).train()

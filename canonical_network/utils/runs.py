@@ -242,9 +242,8 @@ def save_hydra_record(cfg: DictConfig, output_dir: Path) -> None:
     refused for a bad value, rewrote the record of the run in the folder. A previous attempt's files that
     differ from these are kept under ``.hydra/previous/<UTC time>/``: the folder stays an append-only record.
     """
-    from omegaconf import OmegaConf
-
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
 
     try:
         hydra_cfg = HydraConfig.get()
