@@ -9,6 +9,10 @@ STAMP := $(VENV)/.installed
 TRAIN_EXPERIMENT ?= rotmnist/cn_p16
 TRAIN_EPOCHS ?= 12
 ARGS ?=
+# pytest-xdist workers for `make test`: the suite is mostly one thread at a time (subprocess runs, small
+# models), so two workers use a 2-core machine's second core (each test file stays on one worker: its
+# module fixtures are built once). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: help install system-deps train test test-full lint clean constraints
 
@@ -43,10 +47,10 @@ train: $(STAMP)  ## train CN(p16)-CNN on the embedded Rotated MNIST (override TR
 	$(PY) -m canonical_network.train experiment=$(TRAIN_EXPERIMENT) trainer.max_epochs=$(TRAIN_EPOCHS) $(ARGS)
 
 test: $(STAMP)  ## fast tests (slurm tests run when a local cluster is up: scripts/local_slurm.sh start)
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 test-full: $(STAMP)  ## every test, the slow ones included
-	$(PY) -m pytest -m "slow or not slow" $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "slow or not slow" $(ARGS)
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check canonical_network hydra_plugins tests scripts

@@ -242,9 +242,8 @@ def _run(cfg: DictConfig) -> RunResults:
     best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
     clock = next((cb for cb in callbacks if type(cb).__name__ == "FitClock"), None)
     monitor = next((cb for cb in callbacks if isinstance(cb, DivergenceMonitor)), None)
-    final_loss = trainer.callback_metrics.get("train/loss_epoch")
-    divergence = monitor.verdict(to_float(final_loss) if final_loss is not None else None, test_metrics) \
-        if monitor is not None else None
+    # the last epoch's training loss as the monitor kept it (testing replaced the trainer's logged metrics)
+    divergence = monitor.verdict(None, test_metrics) if monitor is not None else None
     if divergence:
         log.warning("The run diverged (%s): recorded as diverged, not as a result", divergence)
     results = run_record(

@@ -3,9 +3,16 @@ fixtures, such as composing and shrinking the real configs, are in ``tests/helpe
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two pytest-xdist workers on a 2-core machine: one intra-op thread each, so that they do
+    # not oversubscribe the cores (subprocesses a test starts keep torch's default)
+    torch.set_num_threads(1)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ def _module():
     return module
 
 
+@pytest.mark.slow  # ~55 s on a busy 2-core machine: `make test-full`
 def test_benchmark_p4_writes_json_and_png(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--orders", "4", "--repeats", "2", "--warmup", "1",

@@ -267,6 +267,8 @@ class DivergenceMonitor(Callback):
         self.factor = check_number("callbacks.divergence.factor", factor, low=1, low_inclusive=False)
         self.initial_loss: float | None = None
         self.nonfinite_epoch: int | None = None
+        #: the mean training loss of the last epoch trained (what :meth:`verdict` judges when given none)
+        self.last_loss: float | None = None
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx) -> None:
         # the first batch of the run only: a run resumed from a checkpoint written without this callback's
@@ -278,6 +280,8 @@ class DivergenceMonitor(Callback):
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         value = trainer.callback_metrics.get("train/loss_epoch")
+        if value is not None:
+            self.last_loss = float(torch.as_tensor(value).detach())
         if value is not None and not torch.isfinite(torch.as_tensor(value)).all() and self.nonfinite_epoch is None:
             self.nonfinite_epoch = trainer.current_epoch
             trainer.should_stop = True
@@ -285,9 +289,12 @@ class DivergenceMonitor(Callback):
                         "diverged)", trainer.current_epoch)
 
     def verdict(self, final_train_loss: float | None, test_metrics: dict[str, float]) -> str | None:
-        """Why the run diverged (one sentence), or ``None`` when it did not."""
+        """Why the run diverged (one sentence), or ``None`` when it did not. ``final_train_loss``: the last
+        epoch's mean training loss (``None``: the one this callback saw)."""
         import math
 
+        if final_train_loss is None:
+            final_train_loss = getattr(self, "last_loss", None)
         if self.nonfinite_epoch is not None:
             return f"the training loss was not finite at epoch {self.nonfinite_epoch}"
         bad = sorted(k for k, v in test_metrics.items() if not math.isfinite(v))
@@ -304,8 +311,9 @@ class DivergenceMonitor(Callback):
         return None
 
     def state_dict(self) -> dict:
-        return {"initial_loss": self.initial_loss, "nonfinite_epoch": self.nonfinite_epoch}
+        return {"initial_loss": self.initial_loss, "nonfinite_epoch": self.nonfinite_epoch, "last_loss": self.last_loss}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.initial_loss = state_dict.get("initial_loss")
         self.nonfinite_epoch = state_dict.get("nonfinite_epoch")
+        self.last_loss = state_dict.get("last_loss")
