@@ -234,16 +234,21 @@ def _run(cfg: DictConfig) -> RunResults:
         best_path = ""  # the model holds the final weights: test them as they are
     if best_path and not any(Path(best_path).resolve().parent == folder.resolve() for folder in allowed):
         raise RuntimeError(f"the best checkpoint path {best_path!r} lies outside the run folder {output_dir}: refused")
+    # Read what fitting left in the callbacks before testing: trainer.test(ckpt_path=...) restores every
+    # callback's state from the tested checkpoint, which turns the fit clock and the divergence monitor back
+    # to the best epoch (a run that diverged after it would look sound; its fitting time would be the best
+    # epoch's).
+    clock = next((cb for cb in callbacks if type(cb).__name__ == "FitClock"), None)
+    fit_time_s = round(clock.total_s, 2) if clock is not None else None
+    monitor = next((cb for cb in callbacks if isinstance(cb, DivergenceMonitor)), None)
+    divergence = monitor.verdict(None, {}) if monitor is not None else None
     test_metrics: dict[str, float] = {}
     if cfg.get("test", True):
         trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, weights_only=True)
         test_metrics = logged_test_metrics(trainer)
 
     best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
-    clock = next((cb for cb in callbacks if type(cb).__name__ == "FitClock"), None)
-    monitor = next((cb for cb in callbacks if isinstance(cb, DivergenceMonitor)), None)
-    # the last epoch's training loss as the monitor kept it (testing replaced the trainer's logged metrics)
-    divergence = monitor.verdict(None, test_metrics) if monitor is not None else None
+    divergence = divergence or DivergenceMonitor.test_verdict(test_metrics)
     if divergence:
         log.warning("The run diverged (%s): recorded as diverged, not as a result", divergence)
     results = run_record(
@@ -252,7 +257,7 @@ def _run(cfg: DictConfig) -> RunResults:
         best_val={cfg.optimized_metric: to_float(best_score)} if best_score is not None else {},
         epochs=trainer.current_epoch,
         resumed_from=resumed_from,
-        fit_time_s=round(clock.total_s, 2) if clock is not None else None,
+        fit_time_s=fit_time_s,
         **({"divergence": divergence} if divergence else {}),
     )
     finish(results, output_dir, trainer, loggers, log)

@@ -3,7 +3,8 @@
     python scripts/collect_runs.py outputs/reproduction docs/reproduction/runs
 
 Keeps each run's path below the source folder (``rotmnist/cn_p64/seed0/...``), so the report built from
-the copy names the same runs. Only completed runs are copied; checkpoints and images stay behind.
+the copy names the same runs. Only finished runs are copied (completed, or diverged: a final record the
+report lists but never pools); checkpoints and images stay behind.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from canonical_network.records import RESULTS_FILE, find_results, read_results
+from canonical_network.records import FINAL_STATUSES, RESULTS_FILE, find_results, read_results
 
 KEPT = (RESULTS_FILE, "csv/metrics.csv")
 
@@ -20,7 +21,7 @@ KEPT = (RESULTS_FILE, "csv/metrics.csv")
 def collect(source: Path, dest: Path) -> list[Path]:
     copied = []
     for results in find_results(source):
-        if read_results(results).get("status") != "completed":
+        if read_results(results).get("status") not in FINAL_STATUSES:
             continue
         run = results.parent
         target = dest / run.relative_to(source)
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.source.is_dir():
         parser.error(f"{args.source} is not a folder")
     copied = collect(args.source, args.dest)
-    print(f"copied {len(copied)} completed runs into {args.dest}")
+    print(f"copied {len(copied)} finished runs into {args.dest}")
     return 0
 
 

@@ -267,4 +267,7 @@ def test_last_checkpoint_is_every_epoch_not_every_improvement(tiny_dir, tmp_path
     assert resumed["resumed_from"] == str(last)
     state = torch.load(last, map_location="cpu", weights_only=True)
     assert (state["epoch"], state["global_step"]) == (5, 12)  # 3 more epochs, not 6
+    # the record's fitting time is the whole fit's, not the tested (best, epoch 4) checkpoint's: testing
+    # restores the callbacks' states from that checkpoint
+    assert resumed["fit_time_s"] >= round(state["callbacks"]["FitClock"]["fit_time_s"], 2)
     assert resumed["best_val"]  # the validation after epoch 4 chose the tested checkpoint

@@ -297,9 +297,8 @@ class DivergenceMonitor(Callback):
             final_train_loss = getattr(self, "last_loss", None)
         if self.nonfinite_epoch is not None:
             return f"the training loss was not finite at epoch {self.nonfinite_epoch}"
-        bad = sorted(k for k, v in test_metrics.items() if not math.isfinite(v))
-        if bad:
-            return f"test metric(s) not finite: {', '.join(bad)}"
+        if reason := self.test_verdict(test_metrics):
+            return reason
         if self.initial_loss is None or not math.isfinite(self.initial_loss):
             return None
         limit = self.factor * abs(self.initial_loss)
@@ -309,6 +308,14 @@ class DivergenceMonitor(Callback):
             return (f"the last epoch's training loss {final_train_loss:.4g} exceeds {self.factor:g} x the "
                     f"untrained model's {self.initial_loss:.4g}")
         return None
+
+    @staticmethod
+    def test_verdict(test_metrics: dict[str, float]) -> str | None:
+        """The test-time part of :meth:`verdict`: test metrics that are not finite."""
+        import math
+
+        bad = sorted(k for k, v in test_metrics.items() if not math.isfinite(v))
+        return f"test metric(s) not finite: {', '.join(bad)}" if bad else None
 
     def state_dict(self) -> dict:
         return {"initial_loss": self.initial_loss, "nonfinite_epoch": self.nonfinite_epoch, "last_loss": self.last_loss}
