@@ -116,17 +116,19 @@ def equivariance_check(model: torch.nn.Module, frames, dtype: torch.dtype) -> tu
     """``max |model(x Rᵀ + t, v Rᵀ, q) − (model(x, v, q) Rᵀ + t)|`` over the sampled ``(R, t)``, its tolerance
     ``rel_tol(outputs, factor=equivariance_factor(...))`` in ``dtype``, and the outputs' scale."""
     loc, vel, charges = (x.to(dtype) for x in frames)
-    errors, tols, scales = [], [], []
     factor = equivariance_factor(model, loc, vel, charges)
+    pairs = transformed_pairs(model, loc, vel, charges, sampled_transforms(len(loc), dtype))
+    errors = [(a - b).abs().max().item() for a, b in pairs]
+    tols = [rel_tol(a, b, factor=factor) for a, b in pairs]
+    return max(errors), min(tols), max(scale_of(a, b) for a, b in pairs)
+
+
+def transformed_pairs(model: torch.nn.Module, loc, vel, charges, transforms) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(model(g·x), g·model(x))`` for each ``g`` of ``transforms``: equal when the model is equivariant."""
     with torch.no_grad():
         out = model(loc, vel, charges)
-        for g in sampled_transforms(len(loc), dtype):
-            transformed_then_model = model(g.apply_to_points(loc), g.apply_to_vectors(vel), charges)
-            model_then_transformed = g.apply_to_points(out)
-            errors.append((transformed_then_model - model_then_transformed).abs().max().item())
-            tols.append(rel_tol(transformed_then_model, model_then_transformed, factor=factor))
-            scales.append(scale_of(transformed_then_model, model_then_transformed))
-    return max(errors), min(tols), max(scales)
+        return [(model(g.apply_to_points(loc), g.apply_to_vectors(vel), charges), g.apply_to_points(out))
+                for g in transforms]
 
 
 def test_every_table_row_has_an_experiment():

@@ -26,7 +26,7 @@ from canonical_network.prediction.radial_field import RadialField
 from canonical_network.prediction.se3_transformer import SE3Transformer
 from canonical_network.prediction.tfn import TFN
 from tests.helpers import DEEP64, EPS64, rel_tol, scale_of
-from tests.test_nbody_task import MEANINGFUL, NBODY_TERMS, SHIFT_SCALE, TINY, row_config
+from tests.test_nbody_task import MEANINGFUL, NBODY_TERMS, SHIFT_SCALE, TINY, row_config, transformed_pairs
 
 #: row → (predictor class, whether reflections are symmetries too)
 ROWS = {"radial_field": (RadialField, True), "tfn": (TFN, False), "se3_transformer": (SE3Transformer, False)}
@@ -91,15 +91,10 @@ def equivariance_errors(model, frames, reflections: bool) -> tuple[float, float,
     """In float64: ``max |model(x Rᵀ + t, v Rᵀ, q) − (model(x, v, q) Rᵀ + t)|`` over the sampled transforms,
     the outputs' scale, and the scale of what the network adds to the input positions (``max |out − x|``)."""
     loc, vel, charges = (x.double() for x in frames)
-    errors, scales = [], []
+    pairs = transformed_pairs(model, loc, vel, charges, transforms(len(loc), reflections))
     with torch.no_grad():
-        out = model(loc, vel, charges)
-        for g in transforms(len(loc), reflections):
-            transformed_then_model = model(g.apply_to_points(loc), g.apply_to_vectors(vel), charges)
-            model_then_transformed = g.apply_to_points(out)
-            errors.append((transformed_then_model - model_then_transformed).abs().max().item())
-            scales.append(scale_of(transformed_then_model, model_then_transformed))
-    return max(errors), max(scales), (out - loc).abs().max().item()
+        moved = (model(loc, vel, charges) - loc).abs().max().item()
+    return max((a - b).abs().max().item() for a, b in pairs), max(scale_of(a, b) for a, b in pairs), moved
 
 
 def test_rows_build_the_egnn_runs_models():
