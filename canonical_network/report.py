@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from canonical_network.records import (
+    COMPLETED,
     RESULTS_FILE,
     budget_of,
     budget_sort_key,
@@ -60,12 +61,18 @@ FIGURES = "figures"
 T_LEVEL = 0.95
 
 
+#: what a claim is (``kind`` in a claims file): the paper's own comparative statements, which the scorecard
+#: counts; checks that hold by construction of the models (invariance pairs); other papers' claims; a user's
+CLAIM_KINDS = ("paper", "construction", "other", "user")
+CLAIMS_FILE = "paper_claims.yaml"
+
+
 @dataclass(frozen=True)
 class Claim:
-    """A statement of the paper as a comparison of two cells ``(table, row, column)``.
+    """A statement as a comparison of two cells ``(table, row, column)`` (one entry of a claims file).
 
     ``relation="better"``: ``a`` beats ``b`` in the table's direction (lower error, higher accuracy);
-    ``relation="equal"``: ``|a − b| ≤ tolerance`` (in the table's unit).
+    ``relation="equal"``: ``|a − b| ≤ tolerance`` (in the table's unit), decided by two one-sided tests.
     ``trend_x`` (one x per column of row ``a``): a trend along that row instead, the slope of the metric on x
     over every run of its cells (``b`` unused); "better" when it moves in the table's direction as x grows.
     """
@@ -84,97 +91,94 @@ class Claim:
     #: compare ``a`` with ``b_scale × b`` (each run of ``b`` scaled): "a is more than 20 % better than b" is
     #: ``a`` beats ``0.8 × b`` (lower is better)
     b_scale: float = 1.0
+    kind: str = "paper"
 
 
-def _invariance_claims() -> list[Claim]:
-    """CN rows (and the Vector Neuron rows, SO(3)-invariant by their layers) are invariant by construction, so
-    their rotation protocols should agree (Tables 4 and 5b)."""
+CLAIM_KEYS = ("text", "table", "a", "b", "relation", "tolerance", "source", "paired", "trend_x", "b_scale", "kind")
+
+
+def claims_from_entries(entries: object, tables: dict, origin: str, default_kind: str = "paper") -> list[Claim]:
+    """Claims from the ``claims:`` list of a claims file, each checked against ``tables``; a bad entry raises
+    ``ValueError`` naming the file, the entry, the bad value and the valid choices."""
+    if not isinstance(entries, list):
+        raise ValueError(f"{origin}: 'claims' must be a list of claims, got {type(entries).__name__}")
     claims = []
-    for table, source, a_col, b_col in (("modelnet_table", "Table 4", 1, 0), ("shapenet_table", "Table 5b", 0, 1)):
-        spec = paper_tables()[table]
-        a_name, b_name = spec["columns"][a_col]["name"], spec["columns"][b_col]["name"]
-        # z/z and z/SO(3) train alike (the same seed in the same environment gives the same model): Table 4's
-        # pair is paired by seed
-        rotations = {spec["columns"][c]["match"].get("config.data.rotation") for c in (a_col, b_col)}
-        paired = rotations == {"z/z", "z/so3"}
-        for row in (r["name"] for r in spec["rows"] if r["name"].startswith(("CN(", "VN-"))):
-            claims.append(Claim(f"{row}: {a_name} = {b_name} within 1 point", table, (row, a_col), (row, b_col),
-                                relation="equal", tolerance=1.0, source=source, paired=paired))
+    for i, entry in enumerate(entries):
+        where = f"{origin}: claim {i + 1}"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} is a {type(entry).__name__}, expected a mapping with keys {', '.join(CLAIM_KEYS)}")
+        unknown = sorted(set(entry) - set(CLAIM_KEYS))
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(CLAIM_KEYS)}")
+        for key in ("text", "table", "a"):
+            if key not in entry:
+                raise ValueError(f"{where}: missing {key!r} (a claim needs text, table, a and b)")
+        where = f"{origin}: claim {entry['text']!r}"
+        table = entry["table"]
+        if table not in tables:
+            raise ValueError(f"{where}: table={table!r} is not a table; valid tables: {', '.join(sorted(tables))}")
+        spec = tables[table]
+        rows = [row["name"] for row in spec["rows"]]
+        sides = []
+        for key in ("a", "b"):
+            value = entry.get(key, entry["a"] if entry.get("trend_x") else None)
+            if not (isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[1], int)):
+                raise ValueError(f"{where}: {key}={value!r} must be [row name, column index]")
+            if value[0] not in rows:
+                raise ValueError(f"{where}: {key} names row {value[0]!r}, not a row of {table}; its rows: "
+                                 + ", ".join(rows))
+            if not 0 <= value[1] < len(spec["columns"]):
+                raise ValueError(f"{where}: {key} names column {value[1]}, but {table} has columns 0 to "
+                                 f"{len(spec['columns']) - 1} ({', '.join(c['name'] for c in spec['columns'])})")
+            sides.append((str(value[0]), int(value[1])))
+        relation, kind = entry.get("relation", "better"), entry.get("kind", default_kind)
+        if relation not in ("better", "equal"):
+            raise ValueError(f"{where}: relation={relation!r}; valid relations: better, equal")
+        if kind not in CLAIM_KINDS:
+            raise ValueError(f"{where}: kind={kind!r}; valid kinds: {', '.join(CLAIM_KINDS)}")
+        tolerance = float(entry.get("tolerance", 0.0) or 0.0)
+        if relation == "equal" and tolerance <= 0:
+            raise ValueError(f"{where}: relation=equal needs a tolerance > 0 (in the table's unit), got {tolerance}")
+        trend_x = tuple(float(x) for x in entry.get("trend_x") or ())
+        if trend_x and len(trend_x) != len(spec["columns"]):
+            raise ValueError(f"{where}: trend_x has {len(trend_x)} values, {table} has {len(spec['columns'])} columns")
+        claims.append(Claim(str(entry["text"]), table, sides[0], sides[1], relation=relation, tolerance=tolerance,
+                            source=str(entry.get("source", "")), paired=bool(entry.get("paired", False)),
+                            trend_x=trend_x, b_scale=float(entry.get("b_scale", 1.0)), kind=kind))
     return claims
 
 
-CLAIMS: list[Claim] = [
-    Claim("CN(p64)-CNN beats the CNN", "rotmnist_table1", ("CN(p64)-CNN", 0), ("CNN (base)", 0), source="Table 1"),
-    Claim("CN(p4)-CNN beats the CNN", "rotmnist_table1", ("CN(p4)-CNN", 0), ("CNN (base)", 0), source="Table 1"),
-    Claim("Learned beats frozen: CN(p4) < CN(p4 & frozen)", "rotmnist_table1", ("CN(p4)-CNN", 0),
-          ("CN(p4 & frozen)-CNN", 0), source="Table 1"),
-    Claim("Learned beats PCA: CN(p64) < CN(PCA)", "rotmnist_table1", ("CN(p64)-CNN", 0), ("CN(PCA)-CNN", 0),
-          source="Table 1"),
-    Claim("Error falls with the group order: CN(p64) < CN(p4)", "rotmnist_table1", ("CN(p64)-CNN", 0),
-          ("CN(p4)-CNN", 0), source="Tables 1, 6"),
-    # §5.1 "Results": the direct approach "is comparable to G-CNNs" (like for like: G-CNN (p4 & = params) was
-    # built to match CN(p4)-CNN's parameters; paper 2.41 vs 2.36), "the optimization version does not perform
-    # as well, even if it is still better than the non-equivariant baseline", and "a fixed canonicalization
-    # function technique like PCA or [...] frozen parameters improves performance over the CNN baseline"
-    # (0.5 points: the tolerance of the other "does as well" claim, Table 2's, so both read alike)
-    Claim("Comparable to a G-CNN of equal parameters: CN(p4)-CNN within 0.5 points of G-CNN (p4 & = params)",
-          "rotmnist_table1", ("CN(p4)-CNN", 0), ("G-CNN (p4 & = params)", 0), relation="equal", tolerance=0.5,
-          source="Table 1"),
-    Claim("Direct beats optimization: CN(p64) < CN(OPT)", "rotmnist_table1", ("CN(p64)-CNN", 0),
-          ("CN(OPT)-CNN", 0), source="Table 1"),
-    Claim("CN(OPT)-CNN beats the CNN", "rotmnist_table1", ("CN(OPT)-CNN", 0), ("CNN (base)", 0), source="Table 1"),
-    Claim("A fixed canonicalizer helps: CN(PCA) < CNN", "rotmnist_table1", ("CN(PCA)-CNN", 0), ("CNN (base)", 0),
-          source="Table 1"),
-    Claim("A fixed canonicalizer helps: CN(p4 & frozen) < CNN", "rotmnist_table1", ("CN(p4 & frozen)-CNN", 0),
-          ("CNN (base)", 0), source="Table 1"),
-    Claim("Canonicalization beats augmentation: CN(p64) < CNN (rotation aug.)", "rotmnist_table2",
-          ("CN(p64)-CNN", 0), ("CNN (rotation aug.)", 0), source="Table 2"),
-    Claim("A pretrained canonicalizer does as well as a jointly trained one (within 0.5 points)",
-          "rotmnist_table2", ("CN(pretrained)-CNN", 0), ("CN(p64)-CNN", 0), relation="equal", tolerance=0.5,
-          source="Table 2"),
-    Claim("Table 6: error falls with the group order (3 layers, p64 < p4)", "rotmnist_table6",
-          ("3 layers", 4), ("3 layers", 0), source="Table 6"),
-    # x = log2 N of the columns p4 ... p64: the slope is the change of the error per doubling of the order;
-    # one per row of the table (each shows once three of its orders have runs)
-    *(Claim(f"Table 6: error falls with the group order ({row}, slope over p4-p64)", "rotmnist_table6",
-            (row, 0), (row, 0), source="Table 6", trend_x=(2.0, 3.0, 4.0, 5.0, 6.0))
-      for row in ("3 layers", "2 layers", "1 layer")),
-    Claim("CN-GNN beats the GNN", "nbody_table", ("CN-GNN", 0), ("GNN", 0), source="Table 3"),
-    Claim("CN-GNN beats EGNN", "nbody_table", ("CN-GNN", 0), ("EGNN", 0), source="Table 3"),
-    Claim("CN-GNN beats FA-GNN", "nbody_table", ("CN-GNN", 0), ("FA-GNN", 0), source="Table 3"),
-    Claim("Learned beats frozen: CN-GNN < CN-GNN (frozen)", "nbody_table", ("CN-GNN", 0),
-          ("CN-GNN (frozen)", 0), source="Table 3"),
-    # §5.2's ablation: CN-GNN-O(3) gives "only marginally worse performance" (paper 0.0045 vs 0.0043): equal
-    # within 0.0005, about 10 % of CN-GNN's error; the frozen canonicalizer gives "a significant improvement of
-    # more than 20%" over the GNN alone (0.0085 vs 0.0107): frozen < 0.8 x GNN
-    Claim("CN-GNN-O(3) only marginally worse than CN-GNN (within 0.0005)", "nbody_table", ("CN-GNN-O(3)", 0),
-          ("CN-GNN", 0), relation="equal", tolerance=0.0005, source="Table 3"),
-    Claim("Frozen canonicalization is > 20 % better than the GNN: CN-GNN (frozen) < 0.8 x GNN", "nbody_table",
-          ("CN-GNN (frozen)", 0), ("GNN", 0), source="Table 3", b_scale=0.8),
-    Claim("CN(NL)-PointNet beats PointNet under z/SO(3)", "modelnet_table", ("CN(NL)-PointNet", 1),
-          ("PointNet", 1), source="Table 4"),
-    Claim("CN(NL)-DGCNN beats DGCNN under z/SO(3)", "modelnet_table", ("CN(NL)-DGCNN", 1), ("DGCNN", 1),
-          source="Table 4"),
-    Claim("CN(NL)-PointNet beats PointNet under z/SO(3)", "shapenet_table", ("CN(NL)-PointNet", 0),
-          ("PointNet", 0), source="Table 5b"),
-    Claim("CN(NL)-DGCNN beats DGCNN under z/SO(3)", "shapenet_table", ("CN(NL)-DGCNN", 0), ("DGCNN", 0),
-          source="Table 5b"),
-    *_invariance_claims(),
-    # Mondal et al. (NeurIPS 2023) at small scale on the embedded digits: what the prior is for (issue 16)
-    Claim("The prior keeps upright accuracy: CN(C8)+prior within 1 point of the ResNet-18 alone",
-          "adapt_mnist_table", ("CN(C8)+prior-ResNet18", 0), ("ResNet18", 0), relation="equal", tolerance=1.0,
-          source="Mondal et al. 2023"),
-    Claim("The prior beats no prior on upright digits: CN(C8)+prior < CN(C8)", "adapt_mnist_table",
-          ("CN(C8)+prior-ResNet18", 0), ("CN(C8)-ResNet18", 0), source="Mondal et al. 2023"),
-    Claim("CN(C8)+prior beats the ResNet-18 averaged over C8", "adapt_mnist_table_c8",
-          ("CN(C8)+prior-ResNet18", 0), ("ResNet18", 0), source="Mondal et al. 2023"),
-    Claim("CN(C8)+prior beats C8 augmentation averaged over C8", "adapt_mnist_table_c8",
-          ("CN(C8)+prior-ResNet18", 0), ("ResNet18 (C8-Aug.)", 0), source="Mondal et al. 2023"),
-    Claim("CN(C8)+prior beats the ResNet-18 in the worst case over C8", "adapt_mnist_table_worst",
-          ("CN(C8)+prior-ResNet18", 0), ("ResNet18", 0), source="Mondal et al. 2023"),
-    Claim("The prior raises the identity rate on upright digits: CN(C8)+prior > CN(C8)", "adapt_mnist_identity",
-          ("CN(C8)+prior-ResNet18", 0), ("CN(C8)-ResNet18", 0), source="Mondal et al. 2023"),
-]
+def load_claims(path: Path | None = None, tables: dict | None = None) -> tuple[list[Claim], dict]:
+    """The claims of a claims file (default: the paper's, :data:`CLAIMS_FILE` beside this module) and the
+    tables it adds (its ``tables:``, in the format of ``paper_results.json``). A user's file defaults its
+    claims' ``kind`` to "user". Nothing in the file runs: it is read with ``yaml.safe_load``."""
+    import yaml
+    from importlib import resources
+
+    if path is None:
+        text, origin, default_kind = resources.files("canonical_network").joinpath(CLAIMS_FILE).read_text(), \
+            CLAIMS_FILE, "paper"
+    else:
+        text, origin, default_kind = Path(path).read_text(), str(path), "user"
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{origin}: not YAML: {err}") from None
+    if not isinstance(data, dict) or not set(data) <= {"claims", "tables"}:
+        raise ValueError(f"{origin}: a claims file is a mapping with 'claims' (a list) and optionally 'tables'; "
+                         f"got {sorted(data) if isinstance(data, dict) else type(data).__name__}")
+    extra = data.get("tables") or {}
+    if not isinstance(extra, dict):
+        raise ValueError(f"{origin}: 'tables' must map table names to tables as in paper_results.json")
+    for name, spec in extra.items():
+        missing = [k for k in ("title", "metric", "columns", "rows") if not isinstance(spec, dict) or k not in spec]
+        if missing:
+            raise ValueError(f"{origin}: table {name!r} lacks {', '.join(missing)} (see paper_results.json)")
+    known = {**(tables if tables is not None else paper_tables()), **extra}
+    return claims_from_entries(data.get("claims") or [], known, origin, default_kind), extra
+
+
+CLAIMS: list[Claim] = load_claims()[0]
 
 
 # ----------------------------------------------------------------------------------------------- statistics
@@ -221,6 +225,50 @@ def paired_interval(a: list[float], b: list[float]) -> tuple[float, float | None
     from scipy import stats
 
     return diff, t_quantile(len(diffs) - 1) * se, float(2 * stats.t.sf(abs(diff) / se, len(diffs) - 1))
+
+
+def difference_stats(a: list[float], b: list[float], paired: bool = False) -> tuple[float, float | None, float | None]:
+    """``mean(a) − mean(b)`` (of the pairs' differences when ``paired``), its standard error and degrees of
+    freedom (Welch–Satterthwaite; n − 1 for pairs); None, None for n < 2 on a side."""
+    if paired:
+        diffs = [x - y for x, y in zip(a, b, strict=True)]
+        diff = statistics.fmean(diffs)
+        if len(diffs) < 2:
+            return diff, None, None
+        return diff, statistics.stdev(diffs) / math.sqrt(len(diffs)), float(len(diffs) - 1)
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    if len(a) < 2 or len(b) < 2:
+        return diff, None, None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0.0:
+        return diff, 0.0, float(len(a) + len(b) - 2)
+    return diff, math.sqrt(va + vb), (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+
+
+def tost(diff: float, se: float, df: float, tolerance: float) -> float:
+    """The p-value of two one-sided t tests (TOST) of equivalence, ``|mean difference| < tolerance``: the larger
+    of the p-values of H0 ``diff ≤ −tolerance`` and H0 ``diff ≥ +tolerance``. Equivalence holds at level α when
+    it is below α, which is the same as the (1 − 2α) interval lying inside ±tolerance."""
+    if se == 0.0:
+        return 0.0 if abs(diff) < tolerance else 1.0
+    from scipy import stats
+
+    return float(max(stats.t.sf((diff + tolerance) / se, df), stats.t.cdf((diff - tolerance) / se, df)))
+
+
+def equivalence_verdict(diff: float, se: float | None, df: float | None, tolerance: float) -> tuple[str, float | None]:
+    """An equality claim: *holds* when TOST rejects non-equivalence at 5 % (the 90 % interval inside
+    ±tolerance); *does not hold* when the 95 % interval lies wholly outside ±tolerance (the difference exceeds
+    it); otherwise *not resolved*. Returns the verdict and the TOST p-value (None for n < 2)."""
+    if se is None or df is None:
+        return "not resolved (n < 2)", None
+    p = tost(diff, se, df, tolerance)
+    if p < 1 - T_LEVEL:
+        return "holds", p
+    half = t_quantile(df) * se
+    if diff - half > tolerance or diff + half < -tolerance:
+        return "does not hold", p
+    return "not resolved", p
 
 
 def trend_interval(x: list[float], y: list[float]) -> tuple[float, float | None, float | None]:
@@ -320,6 +368,94 @@ def _fmt(x: float | None, digits: int) -> str:
 def _paper(row: dict, j: int) -> tuple[float | None, float | None]:
     paper = (row.get("paper") or [None] * (j + 1))[j]
     return (paper[0], paper[1]) if paper else (None, None)
+
+
+# ----------------------------------------------------------------------------------------------- protocol
+def _device_class(run: dict) -> str:
+    device = str(run.get("environment.device") or "not recorded")
+    return "CPU" if device == "CPU" else device
+
+
+def _patience(run: dict) -> str:
+    """The early stopping of a run: its patience, "none", or "not recorded"."""
+    if "config.callbacks.early_stopping" in run and run["config.callbacks.early_stopping"] is None:
+        return "none"
+    patience = run.get("config.callbacks.early_stopping.patience")
+    return "not recorded" if patience is None else f"patience {patience}"
+
+
+def _counted(values: list[str]) -> str:
+    counts: dict[str, int] = defaultdict(int)
+    for value in values:
+        counts[value] += 1
+    return ", ".join(f"{value} ({n})" if len(counts) > 1 else value for value, n in
+                     sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def protocol_differences(spec: dict, runs: list[dict]) -> list[str]:
+    """How ``runs`` depart from the paper's protocol for the table (``spec["protocol"]``): data, epoch cap and
+    early stopping, each named with ours and the paper's. Empty when they match (or the table states none)."""
+    protocol = spec.get("protocol")
+    if not protocol or not runs:
+        return []
+    differences = []
+    data = sorted({dataset_of(r)[0] for r in runs if not dataset_of(r)[0].startswith(protocol["data"])})
+    if data:
+        differences.append(f"data: {'; '.join(data)} (paper: {protocol['data']})")
+    caps = sorted({int(c) for r in runs if (c := r.get("config.trainer.max_epochs")) is not None
+                   and int(c) != protocol["epochs"]})
+    if caps:
+        differences.append(f"epochs: {', '.join(map(str, caps))} (paper: {protocol['epochs']})")
+    paper_patience = protocol.get("early_stopping_patience")
+    wanted = "none" if paper_patience is None else f"patience {paper_patience}"
+    stopping = sorted({p for r in runs if (p := _patience(r)) != wanted and p != "not recorded"})
+    if stopping:
+        differences.append(f"early stopping: {', '.join(stopping)} (paper: {wanted})")
+    return differences
+
+
+def _paper_protocol_text(spec: dict) -> str:
+    protocol = spec.get("protocol")
+    if not protocol:
+        return spec.get("source", "–")
+    patience = protocol.get("early_stopping_patience")
+    stopping = "best validation epoch" if patience is None and "best validation" in protocol.get("source", "") \
+        else ("no early stopping" if patience is None else f"early stopping, patience {patience}")
+    return f"{protocol['data_text']}; {protocol['epochs']} epochs, {stopping} ({protocol['source'].split(':')[0]})"
+
+
+def _our_protocol_text(runs: list[dict]) -> str:
+    caps = sorted({int(c) for r in runs if (c := r.get("config.trainer.max_epochs")) is not None}, reverse=True)
+    data = sorted({dataset_of(r)[0] for r in runs})
+    return (f"{'; '.join(data)}; ≤ {', '.join(map(str, caps))} epochs; early stopping: "
+            f"{_counted([_patience(r) for r in runs])}; device: {_counted([_device_class(r) for r in runs])}")
+
+
+def render_protocols(tables: dict, runs_by_table: dict[str, list[dict]]) -> list[str]:
+    lines = ["| Table | paper's protocol | ours (runs at the rows' own settings) | differences |", "|---|---|---|---|"]
+    for name, runs in runs_by_table.items():
+        spec = tables[name]
+        differences = protocol_differences(spec, runs)
+        lines.append(f"| {spec['title'].split(':')[0]} | {_paper_protocol_text(spec)} | {_our_protocol_text(runs)} | "
+                     + ("; ".join(differences) if differences else "none") + " |")
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------- code versions
+def code_version(run: dict) -> str | None:
+    """The code a run ran: ``<commit>[+dirty]``, or ``package <version>`` outside a checkout; None when the
+    record predates the field."""
+    commit = run.get("code_version.commit")
+    if commit:
+        return str(commit)[:12] + ("+dirty" if run.get("code_version.dirty") else "")
+    package = run.get("code_version.package")
+    return f"package {package}" if package else None
+
+
+def mixed_versions(cell: Cell) -> list[str]:
+    """The distinct recorded code versions of a cell's runs, when there are several (else [])."""
+    versions = sorted({v for r in cell.runs if (v := code_version(r)) is not None})
+    return versions if len(versions) > 1 else []
 
 
 # ----------------------------------------------------------------------------------------------- figures
@@ -438,26 +574,53 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()[:60]
 
 
-def render_table(name: str, spec: dict, cells: dict, comparable: bool) -> list[str]:
+def render_table(name: str, spec: dict, groups: list[tuple[str, dict, list[dict]]], comparable: bool) -> list[str]:
+    """One table for one data set: each row (and column) at every budget it has runs at, largest first, with
+    the paper's number beside it; Δ only at a budget run at the paper's protocol. ``groups``: (budget, cells,
+    runs) per budget."""
     digits = spec.get("digits", 2)
     multi = len(spec["columns"]) > 1
-    header = ["Method"] + ([spec.get("column_label", "Column")] if multi else []) + ["ours (mean ± 95 % CI)", "n", "epochs run",
-                                                            "paper", "Δ (ours − paper)"]
+    header = (["Method"] + ([spec.get("column_label", "Column")] if multi else [])
+              + ["budget", "ours (mean ± 95 % CI)", "n", "epochs run", "paper", "Δ (ours − paper)"])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    same_protocol = {budget: not protocol_differences(spec, runs) and comparable for budget, _, runs in groups}
+    marks = set()
     for row in spec["rows"]:
         for j, column in enumerate(spec["columns"]):
-            cell = cells[(row["name"], j)]
-            s = summary(cell)
             p_mean, p_std = _paper(row, j)
             paper = "–" if p_mean is None else _fmt(p_mean, digits) + (f" ± {_fmt(p_std, digits)}" if p_std else "")
-            if not comparable:
-                paper, delta = "(other data)", "–"
-            else:
-                delta = f"{s[0] - p_mean:+.{digits}f}" if (s and p_mean is not None) else "–"
-            ours = "–" if s is None else _fmt(s[0], digits) + (f" ± {_fmt(s[1], digits)}" if s[1] is not None else "")
-            lines.append("| " + " | ".join([row["name"]] + ([column["name"]] if multi else [])
-                                           + [ours, str(len(cell.values)), _epochs_text(cell.runs), paper, delta]) + " |")
-    return lines
+            if row.get("quoted") and p_mean is not None:
+                paper += " (quoted)"
+                marks.add("quoted")
+            shown = [(budget, cells[(row["name"], j)]) for budget, cells, _ in groups
+                     if cells[(row["name"], j)].values]
+            for budget, cell in shown or [("–", None)]:
+                s = summary(cell) if cell else None
+                ours = "–" if s is None else _fmt(s[0], digits) + (f" ± {_fmt(s[1], digits)}" if s[1] is not None else "")
+                n = "0" if cell is None else str(len(cell.values))
+                if cell is not None and mixed_versions(cell):
+                    n += " ‡"
+                    marks.add("versions")
+                delta, paper_shown = "–", paper
+                if cell is not None and p_mean is not None:
+                    if same_protocol.get(budget):
+                        delta = f"{s[0] - p_mean:+.{digits}f}"
+                    else:
+                        paper_shown += " †"
+                        marks.add("protocol")
+                lines.append("| " + " | ".join([row["name"]] + ([column["name"]] if multi else [])
+                                               + [budget, ours, n, "–" if cell is None else _epochs_text(cell.runs),
+                                                  paper_shown, delta]) + " |")
+    legend = []
+    if "protocol" in marks:
+        legend.append("† ours at another protocol than the paper's (the box above): no Δ")
+    if "quoted" in marks:
+        sources = sorted({row["quoted"] for row in spec["rows"] if row.get("quoted")})
+        legend.append(f"(quoted): a number the paper quotes from {', '.join(sources)}; ours is our own run of that "
+                      "model")
+    if "versions" in marks:
+        legend.append("‡ the cell's seeds ran different code versions (listed under Runs)")
+    return lines + ([""] + ["; ".join(legend) + "."] if legend else [])
 
 
 def floor_note(spec: dict, cells: dict) -> list[str]:
@@ -507,6 +670,11 @@ class ClaimCheck:
     experiments: tuple[str, ...]
     #: the runs of side a and side b, for how they ended (:func:`stopping_text`)
     sides: tuple[tuple[str, tuple[dict, ...]], ...] = ()
+    #: each side as "mean ± 95 % CI (n)" (a trend: the slope), for the scorecard
+    ours: str = ""
+    #: the smallest n of a side, and the epoch cap (what the scorecard picks the rows' check by)
+    min_n: int = 0
+    cap: float = 0.0
 
     @property
     def setting(self) -> str:
@@ -518,10 +686,21 @@ class ClaimCheck:
         return "slope" if self.claim.trend_x else "a − b"
 
 
-def check_claims(tables: dict, cells_by_table: dict) -> list[ClaimCheck]:
+def _cell_text(values: list[float], digits: int) -> str:
+    mean, half = mean_ci(values)
+    return f"{mean:.{digits}f}" + (f" ± {half:.{digits}f}" if half is not None else "") + f" (n {len(values)})"
+
+
+def _cap_of(runs) -> float:
+    caps = [r.get("config.trainer.max_epochs") for r in runs]
+    caps = [float(c) for c in caps if isinstance(c, (int, float)) and not isinstance(c, bool)]
+    return max(caps) if caps else 0.0
+
+
+def check_claims(tables: dict, cells_by_table: dict, claims: list[Claim] | None = None) -> list[ClaimCheck]:
     """Every claim on every (data, budget, variant) group that has runs on both of its sides."""
     checks = []
-    for claim in CLAIMS:
+    for claim in CLAIMS if claims is None else claims:
         spec = tables[claim.table]
         digits = spec.get("digits", 2)
         for (data, budget, variant), cells in cells_by_table.get(claim.table, {}).items():
@@ -537,23 +716,39 @@ def check_claims(tables: dict, cells_by_table: dict) -> list[ClaimCheck]:
                 a_values, b_values = _pairs(a, b)
                 if not a_values:
                     continue
-                diff, half, p = paired_interval(a_values, b_values)
                 counts, test = f"{len(a_values)} pairs", "paired t"
             else:
-                diff, half, p = welch_interval(a.values, [claim.b_scale * v for v in b.values])
-                counts, test = f"{len(a.values)}, {len(b.values)}", ""
+                a_values, b_values = a.values, [claim.b_scale * v for v in b.values]
+                counts, test = f"{len(a.values)}, {len(b.values)}", "Welch"
+            diff, se, df = difference_stats(a_values, b_values, paired=claim.paired)
+            half = None if se is None else t_quantile(df) * se if se > 0 else 0.0
             interval = f"{diff:+.{digits}f}" + (f" ± {half:.{digits}f}" if half is not None else "")
             if claim.b_scale != 1.0:
                 interval += f" (a − {claim.b_scale:g} b)"
             if claim.relation == "equal":
                 interval += f" (tolerance ±{claim.tolerance:g})"
-            shown_p = "–" if p is None else f"{p:.2g}" + (f" ({test})" if test else "")
+                shown_verdict, p = equivalence_verdict(diff, se, df, claim.tolerance)
+                test = f"TOST, {test}"
+            else:
+                shown_verdict = verdict(claim, diff, half, spec.get("lower_is_better", True))
+                p = None if se is None else _two_sided_p(diff, se, df)
+            shown_p = "–" if p is None else f"{p:.2g} ({test})"
             experiments = tuple(dict.fromkeys(str(r.get("experiment")) for c in (a, b) for r in c.runs))
             sides = tuple((_side_name(spec, key), tuple(cell.runs)) for key, cell in ((claim.a, a), (claim.b, b)))
-            checks.append(ClaimCheck(claim, data, budget, variant, interval, counts, shown_p,
-                                     verdict(claim, diff, half, spec.get("lower_is_better", True)), experiments,
-                                     sides))
+            scale = f"{claim.b_scale:g} × " if claim.b_scale != 1.0 else ""
+            ours = f"{_cell_text(a.values, digits)} vs {scale}{_cell_text(b.values, digits)}"
+            checks.append(ClaimCheck(claim, data, budget, variant, interval, counts, shown_p, shown_verdict,
+                                     experiments, sides, ours, min(len(a_values), len(b_values)),
+                                     _cap_of([*a.runs, *b.runs])))
     return checks
+
+
+def _two_sided_p(diff: float, se: float, df: float) -> float:
+    if se == 0.0:
+        return 0.0 if diff != 0 else 1.0
+    from scipy import stats
+
+    return float(2 * stats.t.sf(abs(diff) / se, df))
 
 
 def _trend_check(claim: Claim, spec: dict, data: str, budget: str, variant: tuple[str, ...],
@@ -574,7 +769,9 @@ def _trend_check(claim: Claim, spec: dict, data: str, budget: str, variant: tupl
     experiments = tuple(dict.fromkeys(str(r.get("experiment")) for _, _, cell in columns for r in cell.runs))
     sides = tuple((_side_name(spec, (row, j)), tuple(cell.runs)) for j, _, cell in columns)
     return ClaimCheck(claim, data, budget, variant, interval, f"{len(ys)} runs, {len(columns)} orders", shown_p,
-                      verdict(claim, slope, half, spec.get("lower_is_better", True)), experiments, sides)
+                      verdict(claim, slope, half, spec.get("lower_is_better", True)), experiments, sides,
+                      f"{len(ys)} runs over {len(columns)} orders", min(len(c.values) for _, _, c in columns),
+                      _cap_of([r for _, _, c in columns for r in c.runs]))
 
 
 def _side_name(spec: dict, key: tuple[str, int]) -> str:
@@ -584,59 +781,158 @@ def _side_name(spec: dict, key: tuple[str, int]) -> str:
     return f"{row} ({columns[j]['name']})" if len(columns) > 1 else row
 
 
-def render_claims(checks: list[ClaimCheck]) -> list[str]:
-    if not checks:
-        return ["No claim has runs on both of its sides yet."]
-    lines = ["| Claim (paper) | data, budget | a − b, or slope (95 % CI) | n (a, b) | p (Welch unless noted) | verdict |",
-             "|---|---|---|---|---|---|"]
-    for c in checks:
-        lines.append(f"| {c.claim.text} ({c.claim.source}) | {c.setting} | {c.interval} | {c.counts} | {c.p} | "
-                     f"**{c.verdict}** |")
+def _paper_side(spec: dict, claim: Claim) -> str:
+    """The paper's numbers for a claim: ``a vs b`` (a trend: the slope over the paper's cells of its row)."""
+    digits = spec.get("digits", 2)
+    rows = {row["name"]: row for row in spec["rows"]}
+    if claim.trend_x:
+        points = [(x, _paper(rows[claim.a[0]], j)[0]) for j, x in enumerate(claim.trend_x)]
+        points = [(x, y) for x, y in points if y is not None]
+        if len(points) < 2:
+            return "–"
+        slope = trend_interval([x for x, _ in points], [y for _, y in points])[0]
+        return f"slope {slope:+.{digits}f} per doubling"
+    a, b = _paper(rows[claim.a[0]], claim.a[1])[0], _paper(rows[claim.b[0]], claim.b[1])[0]
+    if a is None or b is None:
+        return "–"
+    scale = f"{claim.b_scale:g} × " if claim.b_scale != 1.0 else ""
+    return f"{a:.{digits}f} vs {scale}{b:.{digits}f}"
+
+
+def pick_default(claim: Claim, checks: list[ClaimCheck]) -> ClaimCheck | None:
+    """The check a claim is scored by: at the rows' own settings (no ablation), the largest epoch cap where both
+    sides have ≥ 2 seeds, else the largest cap with runs on both sides."""
+    candidates = [c for c in checks if c.claim is claim and not c.variant]
+    return max(candidates, key=lambda c: (c.min_n >= 2, c.cap, c.min_n), default=None)
+
+
+def why_unchecked(claim: Claim, tables: dict, cells_by_table: dict) -> str:
+    """Why a claim has no check: which side has no runs, or no runs at a common budget."""
+    spec = tables[claim.table]
+    groups = {key: cells for key, cells in cells_by_table.get(claim.table, {}).items() if not key[2]}
+    if claim.trend_x:
+        return "fewer than 3 orders with runs at one budget"
+
+    def budgets(side):
+        return sorted({budget for (_, budget, _), cells in groups.items() if cells.get(side) and cells[side].values})
+
+    a, b = budgets(claim.a), budgets(claim.b)
+    if not a and not b:
+        return "no runs at the rows' own settings"
+    if not a or not b:
+        return f"no runs of {_side_name(spec, claim.a if not a else claim.b)}"
+    return (f"no runs at a common budget ({_side_name(spec, claim.a)}: {'; '.join(a)}; "
+            f"{_side_name(spec, claim.b)}: {'; '.join(b)})")
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A claim with its number in the report and the check it is scored by (None: why not, in ``reason``)."""
+
+    number: int
+    claim: Claim
+    check: ClaimCheck | None
+    reason: str = ""
+
+    @property
+    def verdict(self) -> str:
+        return self.check.verdict if self.check else f"not resolved: {self.reason}"
+
+
+def score_claims(claims: list[Claim], checks: list[ClaimCheck], tables: dict, cells_by_table: dict) -> list[Scored]:
+    return [Scored(i, claim, check, "" if check else why_unchecked(claim, tables, cells_by_table))
+            for i, claim in enumerate(claims, start=1) for check in [pick_default(claim, checks)]]
+
+
+def _tally(scored: list[Scored]) -> str:
+    holds = sum(s.verdict == "holds" for s in scored)
+    fails = sum(s.verdict == "does not hold" for s in scored)
+    unresolved = len(scored) - holds - fails
+    unchecked = sum(s.check is None for s in scored)
+    return (f"**{holds} hold, {fails} do not hold, {unresolved} not resolved**"
+            + (f" ({unchecked} of them without runs on both sides at one budget)" if unchecked else ""))
+
+
+def render_scored(scored: list[Scored], tables: dict) -> list[str]:
+    lines = ["| # | Claim | source | paper: a vs b | ours: a vs b, mean ± 95 % CI (n) | a − b, or slope (95 % CI) | p "
+             "| budget | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    for s in scored:
+        spec = tables[s.claim.table]
+        if s.check is None:
+            lines.append(f"| {s.number} | {s.claim.text} | {s.claim.source} | {_paper_side(spec, s.claim)} | – | – | – "
+                         f"| – | not resolved: {s.reason} |")
+            continue
+        c = s.check
+        budget = c.budget + ("" if dataset_of(c.sides[0][1][0])[1] else f" ({c.data.split(' (')[0]})")
+        ours = c.ours + (f"; {c.counts}" if c.claim.paired else "")
+        lines.append(f"| {s.number} | {s.claim.text} | {s.claim.source} | {_paper_side(spec, s.claim)} | {ours} | "
+                     f"{c.interval} | {c.p} | {budget} | **{c.verdict}** |")
     return lines
 
 
-def render_open_claims(checks: list[ClaimCheck], effects: list[dict]) -> list[str]:
-    """For each claim that does not hold at the rows' own configs: the same claim at the other budgets and
-    under the ablations run on both of its sides, and every ablation of its rows on the same data and budget,
-    with what it moves."""
-    lines = []
+def render_checks(checks: list[ClaimCheck], numbers: dict) -> list[str]:
+    """Checks as a table: each claim (by its number) on a data set, budget and ablation."""
+    lines = ["| # | Claim | data, budget | a − b, or slope (95 % CI) | n (a, b) | p | verdict |",
+             "|---|---|---|---|---|---|---|"]
     for c in checks:
-        if c.variant or c.verdict == "holds":
+        lines.append(f"| {numbers[id(c.claim)]} | {c.claim.text} ({c.claim.source}) | {c.setting} | {c.interval} | "
+                     f"{c.counts} | {c.p} | **{c.verdict}** |")
+    return lines
+
+
+def _id_span(effects: list[dict]) -> str:
+    """Ablation ids as ranges: ``A6–A19, A24``."""
+    numbers = sorted(int(e["id"][1:]) for e in effects)
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"A{a}" if a == b else f"A{a}–A{b}" for a, b in spans)
+
+
+def render_claim_details(scored: list[Scored], checks: list[ClaimCheck], effects: list[dict]) -> list[str]:
+    """Per claim: its check at the scored setting, the same claim at the other budgets and under every ablation
+    run on both of its sides (one line each), and, when it does not hold, how the runs of both sides ended and
+    which ablations of its rows moved what (by their ids in the ablations table)."""
+    lines = []
+    for s in scored:
+        c = s.check
+        others = [o for o in checks if o.claim is s.claim and o is not c and (c is None or o.data == c.data)]
+        if c is None:
+            if others:
+                lines.append(f"**#{s.number} {s.claim.text}** ({s.claim.source}): not checked at the rows' own "
+                             f"settings ({s.reason}).")
+                lines += [f"- The claim with `{' '.join(o.variant)}` on both sides ({o.data}, {o.budget}): "
+                          f"**{o.verdict}**, {o.label} = {o.interval} (n {o.counts})." for o in others] + [""]
             continue
-        lines += [f"**{c.claim.text}** ({c.claim.source}; {c.data}, {c.budget}): {c.verdict}, {c.label} = "
-                  f"{c.interval} (n {c.counts}).", ""]
-        stopping = [text for name, runs in c.sides if (text := stopping_text(name, list(runs)))]
-        if stopping:
-            lines.append("- How the runs ended: " + "; ".join(stopping) + ".")
-        found = False
-        for other in checks:
-            if other.claim != c.claim or other.data != c.data or other is c:
-                continue
-            if other.variant and other.budget == c.budget:
-                lines.append(f"- The claim with `{' '.join(other.variant)}` on both sides: **{other.verdict}**, "
-                             f"{other.label} = {other.interval} (n {other.counts}).")
-                found = True
-            elif not other.variant and other.budget != c.budget:  # the budget as the ablation
-                lines.append(f"- The claim at {other.budget}: **{other.verdict}**, {other.label} = {other.interval} "
-                             f"(n {other.counts}).")
-                found = True
-        for e in effects:
-            if e["experiment"] in c.experiments and (e["data"], e["budget"]) == (c.data, c.budget):
-                if e.get("other_split"):  # tested on other digits: only the claim under it compares
-                    lines.append(f"- `{' '.join(e['variant'])}` on {e['experiment']}: tested on other digits "
-                                 "than the row's default (another split), so compared only through the claim "
-                                 "with it on both sides.")
-                    found = True
-                    continue
-                moved = _moved(e["values"], e["base"])
-                lines.append(f"- `{' '.join(e['variant'])}` on {e['experiment']}: {e['metric']} "
-                             f"{_difference(e['values'], e['base'])} against the row's default ({moved}); "
-                             f"best validation {e['val']}.")
-                found = True
-        if not found:
-            lines.append("- No ablation of these rows has run on this data and budget yet.")
+        if c.verdict == "holds" and not others:
+            continue
+        lines += [f"**#{s.number} {s.claim.text}** ({s.claim.source}; {c.data}, {c.budget}): {c.verdict}, "
+                  f"{c.label} = {c.interval} (n {c.counts}; p {c.p})."]
+        for other in others:
+            where = f"with `{' '.join(other.variant)}` on both sides" if other.variant else f"at {other.budget}"
+            if other.variant and other.budget != c.budget:
+                where += f", {other.budget}"
+            lines.append(f"- The claim {where}: **{other.verdict}**, {other.label} = {other.interval} "
+                         f"(n {other.counts}).")
+        if c.verdict != "holds":
+            stopping = [text for name, runs in c.sides if (text := stopping_text(name, list(runs)))]
+            if stopping:
+                lines.append("- How the runs ended: " + "; ".join(stopping) + ".")
+            related = [e for e in effects if e["experiment"] in c.experiments and (e["data"], e["budget"]) ==
+                       (c.data, c.budget)]
+            if related:
+                moving = [f"{e['id']} {_difference(e['values'], e['base'])}" for e in related
+                          if not e.get("other_split") and _moved(e["values"], e["base"]) == "moves it"]
+                lines.append(f"- Ablations of its rows on this data and budget: {_id_span(related)}; "
+                             + (f"moving it (variant − row default, 95 % CI): {'; '.join(moving)}." if moving
+                                else "none moves it beyond its 95 % interval."))
+            elif not any(o.variant for o in others):
+                lines.append("- No ablation of these rows has run on this data and budget yet.")
         lines.append("")
-    return lines or ["Every claim with runs on both sides holds.", ""]
+    return lines or ["Every claim holds at the one setting it has runs at.", ""]
 
 
 def stopping_text(name: str, runs: list[dict]) -> str | None:
@@ -718,12 +1014,13 @@ def variant_effects(runs: list[dict], row_runs: list[dict]) -> list[dict]:
     return effects
 
 
-def render_variants(effects: list[dict]) -> list[str]:
-    """The table of :func:`variant_effects`: whether each change moves the result (95 % Welch interval)."""
-    lines = ["| Experiment | variant (overrides) | data, budget | metric | variant: mean ± 95 % CI (n) | "
+def render_variants(effects: list[dict], bears_on: dict[str, list[int]] | None = None) -> list[str]:
+    """The table of :func:`variant_effects`, each ablation once with its id and the claims (by number) whose rows
+    it changes on the same data and budget: whether it moves the result (95 % Welch interval)."""
+    lines = ["| id | Experiment | variant (overrides) | data, budget | metric | variant: mean ± 95 % CI (n) | "
              "row default: mean ± 95 % CI (n) | variant − default (95 % CI) | best validation: variant − "
-             "default (95 % CI) | epochs run |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "default (95 % CI) | epochs run | claims |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def text(values: list[float]) -> str:
         if not values:
@@ -734,9 +1031,10 @@ def render_variants(effects: list[dict]) -> list[str]:
     for e in effects:
         shown = text(e["values"]) if e["values"] else "failed: " + e["failure"]
         difference = "– (another test split)" if e.get("other_split") else _difference(e["values"], e["base"])
-        lines.append(f"| {e['experiment']} | `{' '.join(e['variant'])}` | {e['data']}, {e['budget']} | "
+        claims = ", ".join(f"#{n}" for n in (bears_on or {}).get(e["id"], [])) or "–"
+        lines.append(f"| {e['id']} | {e['experiment']} | `{' '.join(e['variant'])}` | {e['data']}, {e['budget']} | "
                      f"{e['metric']} | {shown} | {text(e['base'])} | {difference} | "
-                     f"{e['val']} | {e['epochs']} |")
+                     f"{e['val']} | {e['epochs']} | {claims} |")
     return lines
 
 
@@ -755,19 +1053,82 @@ def _headline_metric(metrics: dict) -> str:
     return sorted(metrics)[0]
 
 
-def render_runs(runs: list[dict], root: Path) -> list[str]:
-    lines = ["| Run | experiment | seed | status | data | epochs | training time | machine |", "|---|---|---|---|---|---|---|---|"]
-    for run in sorted(runs, key=lambda r: (str(r.get("experiment")), str(r.get("path")))):
-        path = Path(run["path"]).parent
+def _run_folder(run: dict, roots: list[Path]) -> str:
+    """A run's folder relative to the runs folder it was found in (never an absolute path)."""
+    path = Path(run["path"]).parent.resolve()
+    for root in roots:
         try:
-            shown = path.resolve().relative_to(root.resolve())
+            return path.relative_to(root.resolve()).as_posix()
         except ValueError:
-            shown = path
-        wall = run_time_s(run)
-        machine = run.get("environment.machine") or "not recorded"
-        lines.append(f"| `{shown}` | {run.get('experiment')} | {run.get('seed')} | {run.get('status')} | "
-                     f"{dataset_of(run)[0]} | {'–' if run.get('epochs') is None else int(run['epochs'])} | "
-                     f"{'–' if wall is None else f'{float(wall) / 60:.1f} min'} | {machine} |")
+            continue
+    return path.name
+
+
+def _folders_text(folders: list[str]) -> str:
+    """``parent/{a,b}`` for folders that share a parent, else the list."""
+    parents = {f.rpartition("/")[0] for f in folders}
+    if len(folders) > 1 and len(parents) == 1:
+        parent = next(iter(parents))
+        names = f"{{{','.join(sorted(f.rpartition('/')[2] for f in folders))}}}"
+        return f"{parent}/{names}" if parent else names
+    return ", ".join(sorted(folders))
+
+
+#: overrides whose values one line of the runs table lists together (the columns of a point-cloud table)
+MERGED = ("data.rotation=",)
+
+
+def render_runs(runs: list[dict], roots: list[Path]) -> list[str]:
+    """Every run, grouped by its command less the seed: seeds, status, data, budget, epochs, fitting time,
+    device and folders."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for run in runs:
+        command = [o for o in (run.get("overrides") or []) if not o.startswith(("hydra.run.dir=", "seed=") + MERGED)]
+        groups[(str(run.get("experiment")), tuple(command), dataset_of(run)[0])].append(run)
+    lines = ["| command (`python -m canonical_network.train` ... `seed=<seed>`) | seeds | status | data | epochs "
+             "run | training time | device | folders |", "|---|---|---|---|---|---|---|---|"]
+    for (experiment, command, data), members in sorted(groups.items()):
+        members.sort(key=lambda r: (str(r.get("seed")), r["path"]))
+        seeds = ", ".join(sorted({str(r.get("seed")) for r in members}))
+        if len(members) > len(seeds.split(", ")):
+            seeds += f" ({len(members)} runs)"
+        status = _counted([str(r.get("status")) for r in members])
+        hours = sum(run_time_s(r) or 0.0 for r in members) / 60
+        merged = [f"{key}{{{','.join(sorted(values))}}}" for key in MERGED if (values := {
+            o.removeprefix(key) for r in members for o in (r.get("overrides") or []) if o.startswith(key)})]
+        lines.append(f"| `{' '.join([*command, *merged])}` | {seeds} | {status} | {data} | "
+                     f"{_span([int(r['epochs']) for r in members if r.get('epochs') is not None])} | "
+                     f"{hours:.1f} min | {_counted([_device_class(r) for r in members])} | "
+                     f"`{_folders_text([_run_folder(r, roots) for r in members])}` |")
+    return lines
+
+
+def render_accounting(runs: list[dict], roots: list[Path], superseded: list[tuple[str, dict]],
+                      flagged: list[str]) -> list[str]:
+    """Every record counted: completed runs are pooled; diverged and failed ones are listed with why, as are
+    the superseded records kept beside the runs; cells whose seeds ran different code versions are named."""
+    by_status: dict[str, list[dict]] = defaultdict(list)
+    for run in runs:
+        by_status[str(run.get("status"))].append(run)
+    versions = [code_version(r) for r in runs]
+    recorded = sum(v is not None for v in versions)
+    lines = [f"{len(runs)} run records: " + ", ".join(f"{len(v)} {k}" for k, v in sorted(by_status.items()))
+             + (f"; {len(superseded)} superseded records kept apart" if superseded else "")
+             + ". Only completed runs are pooled; every other record is listed here with why. "
+             f"Code version recorded by {recorded} of {len(runs)} runs"
+             + (f" ({len(set(v for v in versions if v))} distinct)" if recorded else "")
+             + (" (the field is newer than the other records)" if recorded < len(runs) else "") + ". "
+             + ("Cells whose seeds ran different code versions: " + "; ".join(flagged) + "."
+                if flagged else "No cell mixes code versions among the runs that record theirs."), ""]
+    listed = [(r, _run_folder(r, roots), str(r.get("status")),
+               str(r.get("divergence") or r.get("error") or "")) for r in runs if r.get("status") != COMPLETED]
+    listed += [(r, folder, "superseded", r.get("superseded_reason", "")) for folder, r in superseded]
+    if listed:
+        lines += ["| folder | experiment | seed | status | why |", "|---|---|---|---|---|"]
+        for run, folder, status, why in sorted(listed, key=lambda item: item[1]):
+            lines.append(f"| `{folder}` | {run.get('experiment')} | {run.get('seed')} | {status} | "
+                         f"{why.replace('|', '/')[:200] or '–'} |")
+        lines.append("")
     return lines
 
 
@@ -824,56 +1185,119 @@ def render_diagnostics(out: Path) -> list[str]:
     return lines + [""]
 
 
-def build_report(folders: list[Path], out: Path) -> Path:
+SUPERSEDED = "superseded"
+SUPERSEDED_REASONS = "reasons.json"
+BENCHMARKS = "benchmarks"
+
+
+def _shown_path(folder: Path) -> str:
+    """A folder as the report names it: relative to the project when below it, else its name (the report's text
+    never depends on the working directory or on absolute paths)."""
+    from canonical_network.utils.config import PROJECT_ROOT
+
+    try:
+        return Path(folder).resolve().relative_to(PROJECT_ROOT).as_posix()
+    except ValueError:
+        return Path(folder).name
+
+
+def load_superseded(folder: Path | None) -> list[tuple[str, dict]]:
+    """The records kept in a superseded folder, each with its reason from the folder's ``reasons.json`` (a map
+    from a folder prefix below it to why its runs no longer measure their row)."""
+    if folder is None or not folder.is_dir():
+        return []
+    reasons_file = folder / SUPERSEDED_REASONS
+    reasons = json.loads(reasons_file.read_text()) if reasons_file.is_file() else {}
+    found = []
+    for run in load_runs(folder, include_evaluated=True):
+        name = Path(run["path"]).parent.resolve().relative_to(folder.resolve()).as_posix()
+        reason = next((why for prefix, why in sorted(reasons.items(), key=lambda kv: -len(kv[0]))
+                       if name == prefix or name.startswith(prefix.rstrip("/") + "/")), "reason not recorded")
+        found.append((f"{_shown_path(folder)}/{name}", {**run, "superseded_reason": reason}))
+    return found
+
+
+def _beside(folders: list[Path], name: str) -> Path | None:
+    """``<parent of the first runs folder>/<name>`` when it exists (the layout of docs/reproduction)."""
+    candidate = folders[0].resolve().parent / name
+    return candidate if candidate.is_dir() else None
+
+
+def _copy_diagnostics(source: Path | None, out: Path) -> None:
+    """Bring the diagnostics into ``out`` (their table links to ``diagnostics/<row>/``), so a report built
+    elsewhere keeps the section and its links."""
+    import shutil
+
+    if source is None or not source.is_dir() or source.resolve() == (out / DIAGNOSTICS).resolve():
+        return
+    shutil.copytree(source, out / DIAGNOSTICS, dirs_exist_ok=True)
+
+
+def build_report(folders: list[Path], out: Path, claims_file: Path | None = None, diagnostics: Path | None = None,
+                 superseded: Path | None = None, benchmarks: Path | None = None) -> Path:
+    """Write ``<out>/REPRODUCTION.md`` and its figures from the runs below ``folders``; see the module doc.
+
+    ``diagnostics``, ``superseded`` and ``benchmarks`` default to the folders of those names beside the first
+    runs folder (docs/reproduction's layout); ``claims_file`` adds a user's claims (and tables)."""
     runs = [run for folder in folders for run in load_runs(folder)]
     if not runs:
         raise SystemExit(f"no {RESULTS_FILE} found under {' '.join(map(str, folders))}")
+    tables = paper_tables()
+    claims = list(CLAIMS)
+    if claims_file is not None:
+        user_claims, user_tables = load_claims(claims_file, tables)
+        tables = {**tables, **user_tables}
+        claims += user_claims
+    diagnostics = diagnostics if diagnostics is not None else _beside(folders, DIAGNOSTICS)
+    superseded_runs = load_superseded(superseded if superseded is not None else _beside(folders, SUPERSEDED))
+    benchmarks = benchmarks if benchmarks is not None else _beside(folders, BENCHMARKS)
     # Inside out/ the figures are rebuilt; everything else in out/ is left alone (e.g. the committed runs).
     figures = out / FIGURES
     figures.mkdir(parents=True, exist_ok=True)
     for stale in (*figures.glob("*_bars.png"), *figures.glob("*_val_curves.png")):
         stale.unlink()  # this report's own figures (their names): a table that lost its runs leaves none behind
-    tables = paper_tables()
+    _copy_diagnostics(diagnostics, out)
     row_runs = [r for r in runs if not variant_of(r)]
     variants = [r for r in runs if variant_of(r)]
-    completed = [r for r in runs if r.get("status") == "completed"]
-    total_wall = sum(run_time_s(r) or 0.0 for r in runs)
-    lines = [
-        "# Reproduction report",
-        "",
-        "Generated by `python -m canonical_network.report "
-        + " ".join(str(f) for f in folders) + f" --out {out}` from {len(runs)} runs "
-        f"({len(completed)} completed; {total_wall / 3600:.1f} h of training in all). Ours: mean ± 95 % "
-        "confidence interval over seeds (Student t; none for n = 1). Paper: mean ± std as published. "
-        "A claim *holds* or *does not hold* only when the 95 % interval of the difference (Welch; paired t "
-        "where the claim says pairs; the slope's t interval for a trend) excludes the other answer; otherwise "
-        "it is *not resolved*. Runs of different data sets or epoch caps are "
-        "never pooled: each gets its own table.",
-        "",
-    ]
+    total_fit = sum(run_time_s(r) or 0.0 for r in runs)
+
     cells_by_table: dict[str, dict] = {}
+    runs_by_table: dict[str, list[dict]] = {}
     table_sections: list[str] = []
+    flagged: list[str] = []
     for name, spec in tables.items():
-        for group, members in _groups([r for r in runs if not table_variant(spec, r)]):
+        mine = [r for r in runs if not table_variant(spec, r)]
+        by_data: dict[tuple[str, bool], list[tuple[str, dict, list[dict]]]] = defaultdict(list)
+        for (data, budget), members in _groups(mine):
             cells = table_cells(spec, members)
             if not any(c.values for c in cells.values()):
                 continue
-            comparable = dataset_of(members[0])[1]
-            cells_by_table.setdefault(name, {})[(*group, ())] = cells
-            slug = _slug(f"{name}_{group[0].split()[0]}_{group[1]}")
+            cells_by_table.setdefault(name, {})[(data, budget, ())] = cells
+            used = [r for c in cells.values() for r in c.runs]
+            runs_by_table.setdefault(name, []).extend(used)
+            by_data[(data, dataset_of(members[0])[1])].append((budget, cells, used))
+            flagged += [f"{spec['title'].split(':')[0]} {_side_name(spec, key)} at {budget}: {', '.join(v)}"
+                        for key, cell in cells.items() if (v := mixed_versions(cell))]
+        for (data, comparable), groups in by_data.items():
+            used = [r for _, _, group_runs in groups for r in group_runs]
+            differences = protocol_differences(spec, used)
             arrow = "lower is better" if spec.get("lower_is_better") else "higher is better"
             unit = f"{spec['metric']}" + (f" × {spec['scale']:g}" if spec.get("scale", 1.0) != 1.0 else "")
             table_sections += [f"### {spec['title']}", "",
-                               f"Data: {group[0]}; budget: {group[1]}; metric: {unit}, {arrow}.", ""]
-            table_sections += render_table(name, spec, cells, comparable)
+                               f"Data: {data}; metric: {unit}, {arrow}. Ours: {_our_protocol_text(used)}. "
+                               f"Paper: {_paper_protocol_text(spec)}. Differences: "
+                               + ("; ".join(differences) if differences else "none") + ".", ""]
+            table_sections += render_table(name, spec, groups, comparable)
+            budget, cells, _ = groups[0]  # the largest budget: the one its figures show
             table_sections += floor_note(spec, cells)
+            slug = _slug(f"{name}_{data.split()[0]}_{budget}")
             bar = figures / f"{slug}_bars.png"
             _bar_chart(name, spec, cells, bar, comparable)
-            table_sections += ["", f"![{spec['title']}]({FIGURES}/{bar.name})"]
+            table_sections += ["", f"![{spec['title']}, {budget}]({FIGURES}/{bar.name})"]
             curve = figures / f"{slug}_val_curves.png"
             partial = _curves_chart(name, spec, cells, curve)
             if partial is not None:
-                table_sections += ["", f"![validation curves]({FIGURES}/{curve.name})"]
+                table_sections += ["", f"![validation curves, {budget}]({FIGURES}/{curve.name})"]
             if partial:
                 table_sections += ["", "Curves that start late (their metrics.csv lost the earlier epochs to a "
                                    "resume before the CSV logger kept them): " + "; ".join(partial) + "."]
@@ -890,41 +1314,92 @@ def build_report(folders: list[Path], out: Path) -> Path:
                 cells = table_cells(spec, group_runs)
                 if any(c.values for c in cells.values()):
                     cells_by_table.setdefault(name, {})[(*group, variant)] = cells
-    checks = check_claims(tables, cells_by_table)
+    ordered = [c for kind in CLAIM_KINDS for c in claims if c.kind == kind]
+    checks = check_claims(tables, cells_by_table, ordered)
+    scored = score_claims(ordered, checks, tables, cells_by_table)
     effects = variant_effects(variants, row_runs)
-    lines += ["## The paper's claims", ""] + render_claims(checks) + [""]
-    lines += ["## Claims that do not hold here: what the ablations show", "",
-              "Each claim that is not *holds* at the rows' own configs, with how the runs of both sides ended "
-              "(at the epoch cap, so still improving when the best validation is near it, or stopped early), "
-              "the same claim at the other budgets and under every ablation run on both of its sides, and "
-              "every ablation of its rows on the same data and budget (variant − row default, 95 % Welch "
-              "interval; *moves it* when the interval excludes 0).", ""]
-    lines += render_open_claims(checks, effects)
+    for i, effect in enumerate(effects, start=1):
+        effect["id"] = f"A{i}"
+    bears_on = {e["id"]: sorted({s.number for s in scored for c in checks if c.claim is s.claim and not c.variant
+                                 and e["experiment"] in c.experiments and (c.data, c.budget) == (e["data"], e["budget"])})
+                for e in effects}
+    paper = [s for s in scored if s.claim.kind == "paper"]
+    apart = [s for s in scored if s.claim.kind != "paper"]
+    by_status = defaultdict(int)
+    for run in runs:
+        by_status[str(run.get("status"))] += 1
+    lines = [
+        "# Reproduction report",
+        "",
+        f"Generated by `python -m canonical_network.report {' '.join(_shown_path(f) for f in folders)} --out "
+        f"<folder>` from {len(runs)} run records ("
+        + ", ".join(f"{n} {status}" for status, n in sorted(by_status.items()))
+        + f"; {total_fit / 3600:.1f} h of training). Ours: mean ± 95 % CI over seeds (Student t), n seeds. "
+        "A claim *holds* or *does not hold* only when the 95 % interval of the difference (Welch; paired t where "
+        "a claim pairs seeds; the slope's t interval for a trend) excludes the other answer, and an equality "
+        "claim holds only by two one-sided tests at 5 % (TOST); otherwise it is *not resolved*.",
+        "",
+        "## Scorecard",
+        "",
+        f"The paper's {len(paper)} claims about its tables, each at the rows' own settings, at the largest epoch "
+        f"cap where both sides have ≥ 2 seeds: {_tally(paper)}. Counted apart below: "
+        + "; ".join(f"{kind} ({_tally(group)})" for kind, group in (
+            ("checks true by construction", [s for s in apart if s.claim.kind == "construction"]),
+            ("other papers' claims", [s for s in apart if s.claim.kind == "other"]),
+            ("your claims", [s for s in apart if s.claim.kind == "user"])) if group) + ".",
+        "",
+        *render_scored(paper, tables),
+        "",
+        "### Protocol",
+        "",
+        *render_protocols(tables, {k: v for k, v in runs_by_table.items() if k in {s.claim.table for s in paper}}),
+        "",
+    ]
+    if apart:
+        lines += ["## Other claims: true by construction, other papers', yours", "", *render_scored(apart, tables), ""]
+    numbers = {id(s.claim): s.number for s in scored}
+    lines += ["## Each claim at its other budgets and under ablations", "",
+              "Per claim: the same comparison at the rows' other budgets and under every ablation run on both of "
+              "its sides; for a claim that does not hold, how the runs of both sides ended (at the epoch cap, so "
+              "still improving when the best validation is near it, or stopped early) and what each ablation of "
+              "its rows does (ids of the ablations table).", ""]
+    lines += render_claim_details(scored, checks, effects)
     lines += ["## Tables", ""] + (table_sections or ["No run belongs to a paper table.", ""])
     if variants:
         lines += ["## Ablations and variants", "",
-                  "Runs whose overrides change a row's config, grouped by those overrides.", ""]
-        lines += render_variants(effects) + [""]
+                  "Runs whose overrides change a row's config, grouped by those overrides, each once; `claims`: "
+                  "the claims (#) whose rows it changes on the same data and budget.", ""]
+        lines += render_variants(effects, bears_on) + [""]
+    lines += _inference_section(benchmarks)
     lines += render_diagnostics(out)
-    lines += ["## Commands", "", "Each distinct command (run folder left out: rerunning with "
-              "`hydra.run.dir=<run folder>` resumes it):", "", "```"]
-    lines += sorted({command_of(r) for r in runs}) + ["```", ""]
-    machines = sorted({str(r.get("environment.machine") or "not recorded") for r in runs})
-    lines += ["## Runs", "", "Machines: " + "; ".join(machines), ""] + render_runs(runs, out) + [""]
+    lines += ["## Runs accounted for", ""] + render_accounting(runs, folders, superseded_runs, flagged)
+    lines += ["## Runs", "", "Every run, grouped by its command (rerunning a command with "
+              "`hydra.run.dir=<its folder>` resumes that run); machines: "
+              + "; ".join(sorted({str(r.get("environment.machine") or "not recorded") for r in runs})) + ".", ""]
+    lines += render_runs(runs, folders) + [""]
+    del numbers
     path = out / REPORT_FILE
     path.write_text("\n".join(lines))
     return path
 
 
+def _inference_section(benchmarks: Path | None) -> list[str]:
+    if benchmarks is None:
+        return []
+    from canonical_network.report_inference import render_inference
+
+    lines = render_inference(benchmarks)
+    return lines + [""] if lines else []
+
+
 HEADLINE_START = "<!-- headline:start"
 HEADLINE_END = "<!-- headline:end -->"
-HEADLINE_TABLE = "### Table 1:"
 
 
 def _section(lines: list[str], start: int) -> list[str]:
-    """``lines[start:]`` up to the next heading or figure, trailing blank lines dropped."""
+    """``lines[start:]`` up to the next heading of level 2 or higher, trailing blank lines dropped."""
     end = start + 1
-    while end < len(lines) and not lines[end].startswith(("#", "![")):
+    while end < len(lines) and not lines[end].startswith("## "):
         end += 1
     block = lines[start:end]
     while block and not block[-1].strip():
@@ -933,19 +1408,12 @@ def _section(lines: list[str], start: int) -> list[str]:
 
 
 def headline(report_text: str, report_link: str) -> list[str]:
-    """The README's headline from a written report: its first (largest-budget) Table 1 and its claims."""
+    """The README's headline from a written report: its scorecard and protocol summary."""
     lines = report_text.splitlines()
     body = [f"From the [reproduction report]({report_link}); regenerate with `python -m canonical_network.report "
             f"docs/reproduction/runs --out docs/reproduction --readme README.md`.", ""]
-    table = next((i for i, line in enumerate(lines) if line.startswith(HEADLINE_TABLE)), None)
-    if table is not None:
-        title = lines[table].removeprefix("### ")
-        body += [f"**{title}**", ""] + _section(lines, table + 1)[1:] + [""]
-    claims = lines.index("## The paper's claims")
-    body += ["**The paper's claims** (and the adapt table's): *holds* / *does not hold* only when the 95 % "
-             "interval of the difference (Welch, paired t or slope t, as the p column says) excludes the other "
-             "answer.", ""] + _section(lines, claims + 1)[1:]
-    return body
+    start = lines.index("## Scorecard")
+    return body + [line.replace("### Protocol", "**Protocol**") for line in _section(lines, start)[2:]]
 
 
 def update_readme(readme: Path, report_path: Path) -> None:
@@ -966,13 +1434,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folders", nargs="+", type=Path, help=f"folders searched recursively for {RESULTS_FILE}")
     parser.add_argument("--out", type=Path, required=True, help=f"where {REPORT_FILE} and {FIGURES}/ go")
     parser.add_argument("--readme", type=Path, help="also rewrite this README's headline block from the report")
+    parser.add_argument("--claims", type=Path, help="a YAML file of your own claims (and tables) over your runs, in "
+                        f"the format of canonical_network/{CLAIMS_FILE}")
+    for name in (DIAGNOSTICS, SUPERSEDED, BENCHMARKS):
+        parser.add_argument(f"--{name}", type=Path, default=None,
+                            help=f"the {name} folder (default: {name}/ beside the first runs folder, if there)")
     args = parser.parse_args(argv)
     for folder in args.folders:
         if not folder.is_dir():
             parser.error(f"{folder} is not a folder")
+    for name in (DIAGNOSTICS, SUPERSEDED, BENCHMARKS):
+        if getattr(args, name) is not None and not getattr(args, name).is_dir():
+            parser.error(f"--{name} {getattr(args, name)} is not a folder")
     if args.readme is not None and not args.readme.is_file():
         parser.error(f"--readme {args.readme} is not a file")
-    path = build_report(args.folders, args.out)
+    if args.claims is not None and not args.claims.is_file():
+        parser.error(f"--claims {args.claims} is not a file")
+    try:
+        path = build_report(args.folders, args.out, claims_file=args.claims, diagnostics=args.diagnostics,
+                            superseded=args.superseded, benchmarks=args.benchmarks)
+    except ValueError as err:  # a claims file that names what is not there
+        parser.error(str(err))
     print(f"wrote {path}")
     if args.readme is not None:
         update_readme(args.readme, path)
