@@ -7,7 +7,8 @@ and data module, takes ``diagnose.num_samples`` inputs spread evenly over the te
 (:mod:`canonical_network.diagnostics`): equivariance of φ under the elements the data represents exactly and
 under arbitrary image angles, equivariance of the canonicalizer h alone, the distribution of the poses h
 chooses, and continuity under small perturbations. Writes ``diagnostics.json`` and ``figures/*.png`` into its
-own run folder (``outputs/diagnose/<date>/<time>_<experiment>/``), logs the numbers and figures to the
+own run folder (``outputs/diagnose/<date>/<time>_<experiment>/``; its ``code_version`` and ``checkpoint`` as in
+``results.json``, :class:`~canonical_network.records.RunResults`), logs the numbers and figures to the
 configured loggers (W&B offline by default; ``logger=none`` for none), and prints a summary table.
 
 Exit status 0, or 1 when ``diagnose.fail_above`` is set and ``equivariance.exact.max_rel`` exceeds it.
@@ -35,10 +36,12 @@ from canonical_network.diagnostics.figures import canonical_pairs, pose_histogra
 from canonical_network.diagnostics.measures import diagnose
 from canonical_network.diagnostics.summary import failed, flat_metrics, summary_table
 from canonical_network.diagnostics.symmetries import GROUP_CHOICES, symmetry_for
+from canonical_network.records import path_for_record
 from canonical_network.utils import checkpoints
 from canonical_network.utils.checks import ConfigError, check_choice, check_int, check_number
 from canonical_network.utils.config import CONFIG_DIR
 from canonical_network.utils.runs import (
+    code_version,
     command_overrides,
     environment,
     instantiate_loggers,
@@ -156,7 +159,7 @@ def run(cfg: DictConfig) -> dict:
                 figures.append(pose_histogram(diagnosis.results["pose"], output_dir / "figures" / "pose.png"))
     results = {
         "experiment": cfg.get("experiment_name"),
-        "checkpoint": cfg.get("ckpt_path"),
+        "checkpoint": path_for_record(cfg.ckpt_path) if cfg.get("ckpt_path") else None,
         "family": symmetry.family,
         "model": {"task": type(model).__name__, "canonicalizer": type(model.canonicalizer).__name__,
                   "group": model.canonicalizer.group_name, "predictor": type(model.network.predictor).__name__},
@@ -170,6 +173,7 @@ def run(cfg: DictConfig) -> dict:
         "overrides": command_overrides(),
         "seed": cfg.seed,
         "environment": environment(),
+        "code_version": code_version(),
     }
     results["failed"] = failed(results, settings.fail_above)
     if settings.figures:

@@ -6,7 +6,8 @@ it (:func:`write_results`) and reading it back (:func:`read_results`, :func:`fin
 
 For ``tables`` and ``report`` there is one record per run folder, flattened for matching: ``experiment``,
 ``status``, ``seed``, ``epochs``, ``metrics`` (a dict of ``test/*`` values), ``overrides`` (the command line),
-``config.<dotted key>`` and ``environment.<key>`` (where it ran). Besides loading, this module says what a run *was*: its data set
+``config.<dotted key>``, ``environment.<key>`` (where it ran) and ``code_version.<key>`` (``commit``, ``dirty``,
+``package``: which code ran it). Besides loading, this module says what a run *was*: its data set
 (:func:`dataset_of`), its budget (:func:`budget_of`), the overrides that make it an ablation of its row
 (:func:`variant_of`), and what each logged metric means (:data:`METRICS`), so that no reader compares runs
 that are not comparable.
@@ -27,6 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
+
+from canonical_network.utils.config import PROJECT_ROOT
 
 RESULTS_FILE = "results.json"
 #: ``status`` of a record: a training run that finished, one that failed, an evaluation of a checkpoint
@@ -58,7 +61,19 @@ class RunResults(_RecordedByEveryRun, total=False):
     fields of every run and ``error`` only. An evaluation (``"status": "evaluated"``) has the fields of every
     run and ``params``, ``checkpoint`` (the file it read), ``wall_time_s``, ``environment``, ``tags`` and
     ``run_dir`` (its own folder); not the fields of fitting (``best_val``, ``epochs``, ``resumed_from``,
-    ``fit_time_s``).
+    ``fit_time_s``). Every record (failed ones too) has ``code_version``.
+
+    Paths (``run_dir``, ``checkpoint``, ``resumed_from``) are stored relative to the project root (the folder
+    holding ``configs/``, :data:`~canonical_network.utils.config.PROJECT_ROOT`) when they lie below it, and
+    absolute otherwise (:func:`path_for_record`); a reader resolves a relative one against the project root,
+    never against the record's folder or the working directory (:func:`path_from_record`). So a record means
+    the same file on every clone of the repository, and copying it (``scripts/collect_runs.py``) changes
+    nothing it says. ``checkpoint`` may also be :data:`FINAL_WEIGHTS`, which is not a path.
+
+    ``code_version`` is which code wrote the record (:func:`canonical_network.utils.runs.code_version`, read
+    once per process, when it starts): ``{"commit": <git HEAD sha>, "dirty": <bool: tracked files differ from
+    it>, "package": <the installed canonical_network version>}``; ``commit`` and ``dirty`` are ``null`` where
+    git cannot tell (an installed wheel, no git, not the package's own repository).
     """
 
     error: str  # "<ExceptionType>: <message>" of a failed run, at most 2000 characters
@@ -72,7 +87,31 @@ class RunResults(_RecordedByEveryRun, total=False):
     fit_time_s: float | None  # every process that fitted this run (``tasks.callbacks.FitClock``)
     environment: dict[str, Any]  # where it ran (``train.environment``)
     tags: list[str]
-    run_dir: str
+    run_dir: str  # the run's folder (a path as above)
+    code_version: dict[str, Any]  # {"commit": str | None, "dirty": bool | None, "package": str | None}
+
+
+#: ``checkpoint`` of a run tested on the weights it ended with (``test_ckpt=last``, or no checkpoint callback)
+FINAL_WEIGHTS = "final weights"
+
+
+def path_for_record(path: Path | str) -> str:
+    """``path`` as a record stores it: relative to the project root (POSIX separators) when it lies below it,
+    else absolute. The inverse is :func:`path_from_record`."""
+    absolute = Path(os.path.abspath(path))
+    for candidate in (absolute, absolute.resolve()):  # e.g. a run folder reached through a symlink
+        try:
+            return candidate.relative_to(PROJECT_ROOT).as_posix()
+        except ValueError:
+            continue
+    return str(absolute)
+
+
+def path_from_record(value: str) -> Path:
+    """The file or folder a record's path names: a relative one lies below the project root (whatever the
+    working directory, wherever the record itself lies); an absolute one is taken as it is."""
+    path = Path(value)
+    return path if path.is_absolute() else PROJECT_ROOT / path
 
 
 def write_results(run_dir: Path | str, results: RunResults) -> Path:

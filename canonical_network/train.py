@@ -27,9 +27,11 @@ from canonical_network.records import (
     COMPLETED,
     DIVERGED,
     FAILED,
+    FINAL_WEIGHTS,
     RESULTS_FILE,
     RunResults,
     final_status,
+    path_for_record,
     write_failure_record,
 )
 from canonical_network.utils.checks import ConfigError, check_choice, validate_run_config
@@ -39,6 +41,7 @@ from canonical_network.utils.runs import (
     LOCK_FILE,
     SETUP_FILES,
     build_trainer,
+    code_version,
     command_overrides,
     finish,
     instantiate_callbacks,
@@ -253,10 +256,10 @@ def _run(cfg: DictConfig) -> RunResults:
         log.warning("The run diverged (%s): recorded as diverged, not as a result", divergence)
     results = run_record(
         cfg, config, status=DIVERGED if divergence else COMPLETED, metrics=test_metrics, params=param_counts,
-        checkpoint=best_path or "final weights", trainer=trainer, started=start, output_dir=output_dir,
+        checkpoint=best_path or FINAL_WEIGHTS, trainer=trainer, started=start, output_dir=output_dir,
         best_val={cfg.optimized_metric: to_float(best_score)} if best_score is not None else {},
         epochs=trainer.current_epoch,
-        resumed_from=resumed_from,
+        resumed_from=path_for_record(resumed_from) if resumed_from else None,
         fit_time_s=fit_time_s,
         **({"divergence": divergence} if divergence else {}),
     )
@@ -279,6 +282,7 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
             "overrides": command_overrides(),
             "metrics": {},
             "config": OmegaConf.to_container(cfg, resolve=False),
+            "code_version": code_version(),
         }
         write_failure_record(output_dir, record)
     except Exception:  # never hide the original error behind a reporting one

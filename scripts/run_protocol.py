@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from canonical_network.records import FINAL_STATUSES, RESULTS_FILE, RunResults, read_results
+from canonical_network.records import FINAL_STATUSES, RESULTS_FILE, RunResults, path_from_record, read_results
 
 # Rows that need another row's finished run: (experiment) -> (source experiment, override key).
 DEPENDS_ON = {"rotmnist/cn_pretrained": ("rotmnist/cn_p64", "canonicalization.checkpoint")}
@@ -67,7 +67,7 @@ def _run_job(out: Path, experiment: str, seed: int, overrides: list[str], thread
         record = completed(job_dir(out, source, seed, variant))
         if record is None or record["status"] != "completed":
             return f"FAILED {experiment} seed {seed}: {source} seed {seed} has not completed in {out}"
-        extra.append(f"{key}={record['checkpoint']}")
+        extra.append(f"{key}={path_from_record(record['checkpoint'])}")  # a record's path: see RunResults
     cmd = [sys.executable, "-m", "canonical_network.train", f"experiment={experiment}", f"seed={seed}",
            f"hydra.run.dir={run_dir}", *extra, *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}

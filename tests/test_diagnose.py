@@ -215,8 +215,8 @@ SCHEMA = {
     "pose": {"kind", "group", "histogram", "entropy_bits", "max_entropy_bits", "ambiguity_rate"},
     "continuity": {"max_rel", "mean_rel", "jump", "jump_rate", "element_change_rate", "by_perturbation"},
 }
-TOP_LEVEL = {"experiment", "checkpoint", "family", "model", "inputs", "numerics", "symmetry", "fail_above",
-             "failed", "figures", *SCHEMA}
+TOP_LEVEL = {"experiment", "checkpoint", "code_version", "family", "model", "inputs", "numerics", "symmetry",
+             "fail_above", "failed", "figures", *SCHEMA}
 
 
 def test_cli_exits_1_when_a_non_equivariant_canonicalizer_exceeds_fail_above(nbody_dir, tmp_path):

@@ -130,3 +130,69 @@ def test_divergence_criterion():
     assert "not finite: test/error" in monitor.verdict(0.1, {"test/error": float("nan")})
     with pytest.raises(ValueError, match="callbacks.divergence.factor"):
         DivergenceMonitor(factor=1)
+
+
+# ------------------------------------------------------------------------- code version and paths (issue 34)
+
+def _git_head() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_a_record_carries_its_code_version_and_paths_relative_to_the_project_root(tmp_path, monkeypatch):
+    """results.json names the commit that ran it, and its folder and checkpoint relative to the project root
+    (here a stand-in root, so that nothing is written into the repository), which readers resolve back."""
+    from canonical_network import records
+    from canonical_network.utils.runs import code_version
+
+    code_version.cache_clear()  # as in a fresh process: read when the run sets up
+    monkeypatch.setattr(records, "PROJECT_ROOT", tmp_path)
+    before = _git_head()
+    results = run(shrink(compose_config(ROW, tmp_path / "outputs" / "row")))
+    after = _git_head()  # another commit may land while it trains: the run's HEAD is one of the two
+    written = json.loads((tmp_path / "outputs" / "row" / RESULTS_FILE).read_text())
+    assert written == results
+    version = written["code_version"]
+    assert set(version) == {"commit", "dirty", "package"}
+    assert version["commit"] in {before, after} and len(version["commit"]) == 40
+    assert isinstance(version["dirty"], bool) and version["package"]
+    assert written["run_dir"] == "outputs/row"
+    assert written["checkpoint"].startswith("outputs/row/checkpoints/epoch_")
+    assert records.path_from_record(written["checkpoint"]).is_file()
+    assert records.path_from_record(written["run_dir"]) == tmp_path / "outputs" / "row"
+    (flat,) = load_runs(tmp_path)  # tables and report read it as code_version.<key>, as environment.<key>
+    assert flat["code_version.commit"] == version["commit"] and flat["code_version.dirty"] == version["dirty"]
+
+
+def test_paths_below_the_project_root_are_relative_and_others_absolute(tmp_path):
+    from canonical_network.records import path_for_record, path_from_record
+
+    assert path_for_record(PROJECT_ROOT / "outputs" / "runs" / "x") == "outputs/runs/x"
+    assert path_from_record("outputs/runs/x") == PROJECT_ROOT / "outputs" / "runs" / "x"
+    assert path_for_record(tmp_path / "x") == str(tmp_path / "x")  # tmp_path lies outside the repository
+    assert path_from_record(str(tmp_path / "x")) == tmp_path / "x"
+
+
+@pytest.mark.parametrize("why", ["no git", "another repository"])
+def test_without_git_the_code_version_is_null_but_the_package_version(tmp_path, monkeypatch, why):
+    """No git on the machine, or a package installed where git only sees someone else's repository (a venv
+    inside a project): commit and dirty are null, not another repository's; the package version is there.
+    A failed run's record carries it too."""
+    from importlib.metadata import version
+
+    from canonical_network.utils import runs
+
+    if why == "no git":
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    else:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+        monkeypatch.setattr(runs, "PROJECT_ROOT", tmp_path / "lib" / "site-packages")
+        (tmp_path / "lib" / "site-packages").mkdir(parents=True)
+    runs.code_version.cache_clear()
+    try:
+        expected = {"commit": None, "dirty": None, "package": version("canonical_network")}
+        assert runs.code_version() == expected
+        write_failure(compose_config(ROW, tmp_path / "run"), RuntimeError("stopped"))
+        assert json.loads((tmp_path / "run" / RESULTS_FILE).read_text())["code_version"] == expected
+    finally:
+        runs.code_version.cache_clear()  # the next test reads the real one again

@@ -8,10 +8,12 @@ the same whichever command made them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from canonical_network.records import RunResults, write_results
+from canonical_network.records import (
+    FINAL_WEIGHTS,
+    RunResults,
+    path_for_record,
+    path_from_record,
+    write_results,
+)
 from canonical_network.utils.config import PROJECT_ROOT
 
 #: The lock ``train`` holds on its run folder (``train.run_folder_lock``).
@@ -62,12 +70,63 @@ def quiet_library_output() -> None:
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated", category=FutureWarning)
 
 
+#: Seconds one git command may take before the code version is given up as unknown (a hung network file system
+#: must not hold a run)
+GIT_TIMEOUT_S = 10
+
+
+def _git(*arguments: str) -> str | None:
+    """The output of ``git <arguments>`` in the project root, or None when git is missing, fails or hangs."""
+    # GIT_DIR & co. (set inside git hooks) would point git at another repository than the package's own
+    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
+    try:
+        done = subprocess.run(["git", *arguments], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+                              timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _package_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("canonical_network")
+    except metadata.PackageNotFoundError:
+        import canonical_network
+
+        return getattr(canonical_network, "__version__", None)
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict[str, Any]:
+    """Which code this process runs, for its records (``RunResults.code_version``): ``commit`` (git HEAD),
+    ``dirty`` (whether tracked files differ from it; untracked files are not code the run used unless
+    imported, and outputs/ and data/ are untracked) and ``package`` (the installed version).
+
+    Read once per process, and first when the process sets up (:func:`prepare_process`): a record says what
+    the code was when its run started, even if files are edited while it trains. ``commit`` and ``dirty`` are
+    None when git is missing or fails, or when the project root is not the top of a git repository (an
+    installed wheel: site-packages may lie inside someone else's repository, whose commit is not ours).
+    """
+    commit = dirty = None
+    toplevel = _git("rev-parse", "--show-toplevel")
+    if toplevel and Path(toplevel.strip()).resolve() == PROJECT_ROOT:
+        head = _git("rev-parse", "--verify", "HEAD")
+        # --no-optional-locks: never take the index lock, which a concurrent `git commit` needs
+        status = _git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no")
+        if head and status is not None:
+            commit, dirty = head.strip(), bool(status.strip())
+    return {"commit": commit, "dirty": dirty, "package": _package_version()}
+
+
 def prepare_process(cfg: DictConfig, output_dir: Path) -> None:
-    """Before anything is built: quiet library output, the run folder and local caches, the seed, and the
-    float32 matmul precision (``matmul_precision``)."""
+    """Before anything is built: the code version (:func:`code_version`), quiet library output, the run folder
+    and local caches, the seed, and the float32 matmul precision (``matmul_precision``)."""
     import lightning as L
     import torch
 
+    code_version()
     quiet_library_output()
     output_dir.mkdir(parents=True, exist_ok=True)
     set_local_dirs(output_dir)
@@ -187,7 +246,9 @@ def run_record(cfg: DictConfig, config: dict[str, Any], *, status: str, metrics:
                params: dict[str, int], checkpoint: str, trainer, started: float, output_dir: Path,
                **fields: Any) -> RunResults:
     """The ``results.json`` record of a run that got to its test: the fields every command writes, then
-    ``fields`` (the command's own, in the order given). ``config`` is the resolved composed config."""
+    ``fields`` (the command's own, in the order given). ``config`` is the resolved composed config; the
+    paths ``checkpoint`` and ``output_dir`` are stored as :func:`~canonical_network.records.path_for_record`
+    says (relative to the project root when below it)."""
     record: RunResults = {
         "experiment": cfg.get("experiment_name"),
         "status": status,
@@ -195,14 +256,15 @@ def run_record(cfg: DictConfig, config: dict[str, Any], *, status: str, metrics:
         "overrides": command_overrides(),
         "metrics": metrics,
         "params": params,
-        "checkpoint": checkpoint,
+        "checkpoint": checkpoint if checkpoint == FINAL_WEIGHTS else path_for_record(checkpoint),
     }
     record.update(fields)  # type: ignore[typeddict-item]
     record.update({
         "wall_time_s": round(time.time() - started, 2),
         "environment": environment(trainer),
         "tags": list(cfg.get("tags") or []),
-        "run_dir": str(output_dir),
+        "run_dir": path_for_record(output_dir),
+        "code_version": code_version(),
         "config": config,
     })
     return record
@@ -213,7 +275,9 @@ def print_summary(results: RunResults, output_dir: Path, loggers: list, log: log
     uploads an offline one), through the logging set-up of Hydra: on the console and in the run's log."""
     from lightning.pytorch.loggers import WandbLogger
 
-    lines = [f"Run folder: {output_dir}", f"Checkpoint tested: {results['checkpoint']}"]
+    checkpoint = results["checkpoint"]
+    lines = [f"Run folder: {output_dir}",
+             f"Checkpoint tested: {checkpoint if checkpoint == FINAL_WEIGHTS else path_from_record(checkpoint)}"]
     lines += [f"{k} = {v:.4f}" for k, v in sorted(results["metrics"].items())]
     for lg in loggers:
         if isinstance(lg, WandbLogger):
