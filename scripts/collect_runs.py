@@ -5,6 +5,11 @@
 Keeps each run's path below the source folder (``rotmnist/cn_p64/seed0/...``), so the report built from
 the copy names the same runs. Only finished runs are copied (completed, or diverged: a final record the
 report lists but never pools); checkpoints and images stay behind.
+
+One folder is renamed on the way: the point-cloud budget's ``cpu_<rotation>[_ep12]`` (scripts/reproduce.sh before
+issue 34, a name that said CPU also for the runs a GPU made) is copied as ``pts<points>_<rotation>[_ep12]``, the
+protocol's name the script now writes, so a source folder not yet renamed never puts a second copy of a run beside
+the first.
 """
 
 from __future__ import annotations
@@ -16,15 +21,28 @@ from pathlib import Path
 from canonical_network.records import FINAL_STATUSES, RESULTS_FILE, find_results, read_results
 
 KEPT = (RESULTS_FILE, "csv/metrics.csv")
+#: the folder prefix the point-cloud budget's runs had before issue 34 (``pts<points>_`` since)
+LEGACY_PREFIX = "cpu_"
+
+
+def renamed(relative: Path, record: dict) -> Path:
+    """``relative`` with a legacy ``cpu_<protocol>`` folder named ``pts<points>_<protocol>`` (the points the
+    record's data config says; kept as it is when the record does not say)."""
+    points = ((record.get("config") or {}).get("data") or {}).get("num_points")
+    if not isinstance(points, int) or isinstance(points, bool):
+        return relative
+    return Path(*(f"pts{points}_{part.removeprefix(LEGACY_PREFIX)}" if part.startswith(LEGACY_PREFIX) else part
+                  for part in relative.parts))
 
 
 def collect(source: Path, dest: Path) -> list[Path]:
     copied = []
     for results in find_results(source):
-        if read_results(results).get("status") not in FINAL_STATUSES:
+        record = read_results(results)
+        if record.get("status") not in FINAL_STATUSES:
             continue
         run = results.parent
-        target = dest / run.relative_to(source)
+        target = dest / renamed(run.relative_to(source), record)
         for name in KEPT:
             if (run / name).is_file():
                 (target / name).parent.mkdir(parents=True, exist_ok=True)

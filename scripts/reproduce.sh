@@ -51,11 +51,16 @@ FAILED_CALLS=0
 # the CPU budget of the point-cloud tables (pointclouds-cpu, shapenet-cpu)
 PC_DATA=(data.num_points="${PC_POINTS:-256}" data.num_train="${PC_TRAIN:-1000}")
 PC=("${PC_DATA[@]}" trainer.max_epochs="${PC_EPOCHS:-5}")
+# The folder of a run at that budget names its protocol, not the machine it ran on (the same folders hold CPU and
+# GPU runs; results.json says where each ran): pts<points>_<rotation>[_ep12], e.g. pts256_z_so3. Before issue
+# 34 these were cpu_<rotation>[_ep12]: rename such folders of OUT (mv) so that a rerun finds their finished runs
+# (scripts/collect_runs.py already copies them under the new name).
+PC_TAG="pts${PC_POINTS:-256}"
 pc_run() {  # pc_run "<seeds>" "<protocols>" <rows...>: each seed in turn over every protocol, at the CPU budget
   local seeds="$1" protocols="$2" seed rotation; shift 2
   for seed in $seeds; do
     for rotation in $protocols; do
-      run "cpu_${rotation//\//_}" "$seed" "$@" -- data.rotation="$rotation" "${PC[@]}"
+      run "${PC_TAG}_${rotation//\//_}" "$seed" "$@" -- data.rotation="$rotation" "${PC[@]}"
     done
   done
 }
@@ -176,7 +181,7 @@ case "${1:-}" in
     pc_run "0 1" "z/z z/so3 so3/so3" "${pointnet_rows[@]}"
     # seed 1 of CN(L)-PointNet under SO(3)/SO(3) diverges (NaN at step 17, SGD lr 0.1; kept as a failed run):
     # seed 2 gives that cell its second value
-    run cpu_so3_so3 2 modelnet/cn_l_pointnet -- data.rotation=so3/so3 "${PC[@]}"
+    run "${PC_TAG}_so3_so3" 2 modelnet/cn_l_pointnet -- data.rotation=so3/so3 "${PC[@]}"
     pc_run "0 1" "z/z z/so3 so3/so3" modelnet/vn_pointnet
     # a third seed of the cheap PointNet rows (n = 2 leaves the paired z/SO(3) = z/z checks a t of 12.7)
     pc_run 2 "z/z z/so3 so3/so3" "${pointnet_rows[@]}"
@@ -193,7 +198,7 @@ case "${1:-}" in
     # the rate constant for 20 epochs, so a 5-epoch run continued to 12 is this run), ~85 min each on one core, ~1 min
     # on an H100
     for rotation in z/so3 so3/so3; do
-      run "cpu_${rotation//\//_}_ep12" "0 1" shapenet/vn_dgcnn shapenet/vn_pointnet -- data.rotation="$rotation" \
+      run "${PC_TAG}_${rotation//\//_}_ep12" "0 1" shapenet/vn_dgcnn shapenet/vn_pointnet -- data.rotation="$rotation" \
         "${PC_DATA[@]}" trainer.max_epochs=12
     done ;;
   adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test

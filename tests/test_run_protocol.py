@@ -60,6 +60,22 @@ def test_collect_copies_only_the_records_of_completed_runs(tmp_path):
         "a/seed0/csv/metrics.csv", "a/seed0/results.json"]
 
 
+def test_collect_names_a_legacy_cpu_folder_after_its_protocol(tmp_path):
+    """A point-cloud budget folder named cpu_<rotation> before issue 34 (GPU runs too) is copied as
+    pts<points>_<rotation>: the committed copy says the protocol, and no second copy appears beside it."""
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    from collect_runs import collect
+
+    for name, config in (("modelnet/dgcnn/cpu_z_so3/seed0", {"data": {"num_points": 256}}),
+                         ("shapenet/vn_dgcnn/cpu_so3_so3_ep12/seed1", {"data": {"num_points": 256}}),
+                         ("nbody/gnn/cpu_like/seed0", {"data": {}})):  # no point count: the name stays
+        (tmp_path / "src" / name).mkdir(parents=True)
+        (tmp_path / "src" / name / "results.json").write_text(json.dumps({"status": "completed", "config": config}))
+    copied = collect(tmp_path / "src", tmp_path / "dst")
+    assert sorted(str(p.relative_to(tmp_path / "dst")) for p in copied) == [
+        "modelnet/dgcnn/pts256_z_so3/seed0", "nbody/gnn/cpu_like/seed0", "shapenet/vn_dgcnn/pts256_so3_so3_ep12/seed1"]
+
+
 def test_variants_get_their_own_folders(tmp_path):
     sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
     import run_protocol
