@@ -41,7 +41,7 @@ run() {  # run <variant or ""> <seeds> <experiments...> -- <overrides...>
   while [[ $# -gt 0 && "$1" != "--" ]]; do experiments+=("$1"); shift; done
   [[ $# -gt 0 ]] && shift
   # a failed job (run_protocol goes on past it) does not end the stage: the later jobs still run, and the
-  # stage exits 1 at the end (e.g. CN(L)-PointNet SO(3)/SO(3) seed 1, a divergence kept as a failed run)
+  # stage exits 1 at the end
   # shellcheck disable=SC2086
   "$PY" scripts/run_protocol.py "${args[@]}" --experiments "${experiments[@]}" -- "${COMMON[@]}" "$@" $EXTRA \
     || FAILED_CALLS=$((FAILED_CALLS + 1))
@@ -179,7 +179,7 @@ case "${1:-}" in
                     # DGCNN rows (~4 s), VN-DGCNN (~9 s) (docs/measurements.md)
     pointnet_rows=(modelnet/pointnet modelnet/cn_l_pointnet modelnet/cn_nl_pointnet modelnet/cn_frozen_pointnet)
     pc_run "0 1" "z/z z/so3 so3/so3" "${pointnet_rows[@]}"
-    # seed 1 of CN(L)-PointNet under SO(3)/SO(3) diverges (NaN at step 17, SGD lr 0.1; kept as a failed run):
+    # seed 1 of CN(L)-PointNet under SO(3)/SO(3) diverges (NaN at step 17, SGD lr 0.1; kept as a diverged run):
     # seed 2 gives that cell its second value
     run "${PC_TAG}_so3_so3" 2 modelnet/cn_l_pointnet -- data.rotation=so3/so3 "${PC[@]}"
     pc_run "0 1" "z/z z/so3 so3/so3" modelnet/vn_pointnet
