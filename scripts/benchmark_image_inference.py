@@ -23,8 +23,12 @@ cost hardly grows with N) and G-CNN(p64)/CN(p64) ≥ 3 (a G-CNN pays N-fold wide
 Building memory: each model is also built once in a fresh child process, which reports its peak resident
 memory (VmHWM) and the build time; ``--no-build-memory`` skips this (it roughly doubles the run time).
 
-Writes ``--output`` (JSON: settings, machine, per-model times, parameters, build memory, ratios) and a PNG
-beside it with the same stem. Exit status 0 whether or not the targets are met (it is a measurement); the
+Writes ``--output`` (alias ``--json``; JSON: settings, machine, per-model times, parameters, build memory,
+ratios) and a PNG beside it with the same stem. The JSON carries the keys of an inference benchmark record
+(``canonical_network/report_inference.py``: machine, settings, per-model median ms, each one's ratio to its
+baseline of the same run: CN(pN) to CN(p<smallest N>), G-CNN(pN) to CN(pN)), which the report's
+inference-time section reads; ``scripts/reproduce.sh benchmarks`` rewrites
+``docs/reproduction/benchmarks/image_inference.json``. Exit status 0 whether or not the targets are met (it is a measurement); the
 verdicts are printed and stored.
 """
 
@@ -161,6 +165,20 @@ def ratios(median_ms: dict[str, float], orders: list[int]) -> dict[str, float | 
     return out
 
 
+def report_rows(info: dict[str, dict], orders: list[int]) -> list[dict]:
+    """The record's ``rows`` (canonical_network/report_inference.py): per order CN(pN)-CNN, timed against
+    CN(p<first order>)-CNN, and G-CNN(pN), timed against CN(pN)-CNN at the same order."""
+    rows = []
+    for order in orders:
+        for kind, baseline in (("cn", f"cn_p{orders[0]}"), ("gcnn", f"cn_p{order}")):
+            name = f"{kind}_p{order}"
+            rows.append({"key": name, "model": LABELS[kind].replace("pN", f"p{order}"),
+                         "time": info[name]["median_ms"], "baseline": baseline,
+                         "ratio": info[name]["median_ms"] / info[baseline]["median_ms"], "paper_key": kind,
+                         "params": info[name]["params"]})
+    return rows
+
+
 def verdicts(ratio: dict[str, float | None]) -> dict[str, str]:
     out = {}
     growth = ratio.get("cn_p64_over_cn_p4")
@@ -216,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-build-memory", action="store_true", help="skip the child-process build measurements")
-    parser.add_argument("--output", type=Path, default=None,
+    parser.add_argument("--output", "--json", dest="output", type=Path, default=None,
                         help="JSON path (default outputs/benchmarks/image_inference_<device>.json); PNG beside it")
     parser.add_argument("--build-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -233,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    from canonical_network.report_inference import SCHEMA, benchmark_environment, command_line
+
+    environment = benchmark_environment(device)  # the load average before the models are built
     output = args.output or Path(f"outputs/benchmarks/image_inference_{device.type}.json")
     output.parent.mkdir(parents=True, exist_ok=True)
 
@@ -286,6 +307,18 @@ def main(argv: list[str] | None = None) -> int:
     median_ms = {name: entry["median_ms"] for name, entry in info.items()}
     ratio = ratios(median_ms, args.orders)
     result = {
+        "schema": SCHEMA,
+        "benchmark": "image_inference",
+        "title": "Rotated MNIST classifiers, CN(pN)-CNN against a parameter-matched G-CNN(pN)",
+        "paper_ref": "fig3",
+        "command": command_line("scripts/benchmark_image_inference.py",
+                                list(argv if argv is not None else sys.argv[1:])),
+        "environment": environment,
+        "unit": "ms",
+        "time_of": f"one forward of a batch of {args.batch_size} (median of {args.repeats} round{'s' * (args.repeats != 1)})",
+        "samples_per_time": args.batch_size,
+        "sample_name": "image",
+        "rows": report_rows(info, args.orders),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "settings": {"orders": args.orders, "batch_size": args.batch_size, "repeats": args.repeats,
                      "warmup": args.warmup, "device": str(device), "threads": torch.get_num_threads(),

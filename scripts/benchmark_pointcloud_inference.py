@@ -20,14 +20,17 @@ each cloud). All clouds are made before timing starts.
 Each repeat times all eight models in turn over all clouds (interleaved, so drifts of a shared machine hit
 every model alike); a model's time is the median over repeats. One untimed warm-up batch per model comes
 first. Prints the table beside the paper's seconds (1 A100 + 8 CPUs, so only ratios compare) and the ratios
-CN/vanilla and VN/CN per backbone and CN input; writes everything to ``--output`` as JSON.
+CN/vanilla and VN/CN per backbone and CN input; writes everything to ``--output`` (alias ``--json``) as JSON,
+with the keys of an inference benchmark record (``canonical_network/report_inference.py``: machine, settings,
+per-model median seconds and each one's ratio to the vanilla network of its backbone, same run), which the
+report's inference-time section reads. ``scripts/reproduce.sh benchmarks`` rewrites
+``docs/reproduction/benchmarks/pointcloud_inference.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -43,20 +46,28 @@ from canonical_network.prediction.dgcnn import DGCNN
 from canonical_network.prediction.pointnet import PointNet
 from canonical_network.prediction.vn_dgcnn import VNDGCNN
 from canonical_network.prediction.vn_pointnet import VNPointNet
+from canonical_network.report_inference import (
+    SCHEMA,
+    benchmark_environment,
+    command_line,
+    display_path,
+    paper_inference,
+)
 
 #: ModelNet40's test split (Wu et al. 2015; the paper's §5.3)
 MODELNET40_TEST_CLOUDS = 2468
-#: Table 5 of the paper, seconds for the ModelNet40 test split (1 A100, 8 CPUs, batch 32)
-PAPER_SECONDS = {
-    "PointNet": {"vanilla": 18.0, "vn": 30.0, "cn": 20.0},
-    "DGCNN": {"vanilla": 23.0, "vn": 39.0, "cn": 25.0},
-}
+#: Table 5a of the paper, seconds for the ModelNet40 test split (1 A100, 8 CPUs, batch 32), from
+#: canonical_network/paper_inference.json: {"PointNet": {"vanilla": 18, "vn": 30, "cn": 20}, "DGCNN": {23, 39, 25}}
+PAPER_SECONDS = paper_inference()["table5a"]["seconds"]
 #: what this reproduction aims for, per backbone (paper: CN/vanilla 1.11 and 1.09, VN/CN 1.5 and 1.56)
 TARGETS = {"cn_over_vanilla_max": 1.05, "vn_over_cn_min": 1.5}
 #: the timed variants per backbone; "cn" and "cn_pointwise" are CN(NL) with the two input stages
 VARIANTS = ("vanilla", "vn", "cn", "cn_pointwise")
 #: the CN variants and their canonicalizer input (k = 20: the ModelNet40 rows)
 CN_INPUTS = {"cn": "edges", "cn_pointwise": "pointwise"}
+#: the variants as the report names them
+VARIANT_LABELS = {"vanilla": "vanilla", "vn": "Vector Neuron", "cn": "CN(NL), kNN edge input (the paper's)",
+                  "cn_pointwise": "CN(NL), pointwise input (ours)"}
 
 
 def build_models(seed: int) -> dict[str, dict[str, nn.Module]]:
@@ -129,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, default=Path("outputs/benchmarks/pointcloud_inference.json"))
+    parser.add_argument("--output", "--json", dest="output", type=Path,
+                        default=Path("outputs/benchmarks/pointcloud_inference.json"), help="the JSON record")
     args = parser.parse_args(argv)
     for key in ("num_clouds", "batch_size", "points", "repeats", "threads"):
         value = getattr(args, key)
@@ -138,11 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    environment = benchmark_environment(device)  # the load average before the models run
 
     if args.data_dir is not None:
         clouds, source = (
             modelnet40_test_clouds(args.data_dir, args.points, args.num_clouds),
-            str(args.data_dir),
+            display_path(args.data_dir),
         )
     else:
         num_clouds = MODELNET40_TEST_CLOUDS if args.num_clouds is None else args.num_clouds
@@ -216,27 +229,48 @@ def main(argv: list[str] | None = None) -> int:
             flag = "met" if met[b][key] else "MISSED"
             print(f"{label:32s} {value:6.2f} {pr[base]:6.2f} {target:>8s}  {flag}")
 
+    parameters = {
+        b: {v: sum(p.numel() for p in m.parameters()) for v, m in variants.items()} for b, variants in models.items()
+    }
+    rows = [
+        {
+            "key": f"{b}/{v}",
+            "model": f"{b}, {VARIANT_LABELS[v]}",
+            "time": median[b][v],
+            "baseline": f"{b}/vanilla",
+            "ratio": median[b][v] / median[b]["vanilla"],
+            "paper_key": f"{b}/{v}" if v in PAPER_SECONDS[b] else None,
+            "params": parameters[b][v],
+        }
+        for b in models
+        for v in VARIANTS
+    ]
     record = {
+        "schema": SCHEMA,
+        "benchmark": "pointcloud_inference",
+        "title": "point-cloud classifiers, vanilla, Vector Neuron and canonicalized (ModelNet40 heads)",
+        "paper_ref": "table5a",
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "config": {
-            "num_clouds": len(clouds),
+        "command": command_line("scripts/benchmark_pointcloud_inference.py",
+                                list(argv if argv is not None else sys.argv[1:])),
+        "environment": environment,
+        "settings": {
+            "clouds": len(clouds),
             "source": source,
-            "batch_size": args.batch_size,
             "points": args.points,
+            "batch_size": args.batch_size,
             "repeats": args.repeats,
-            "seed": args.seed,
-            "order_per_repeat": [f"{b}/{v}" for b, v in names],
-        },
-        "environment": {
-            "device": str(device),
-            "device_name": torch.cuda.get_device_name(device)
-            if device.type == "cuda"
-            else (platform.processor() or platform.machine()),
+            "warmup": "1 batch per model",
             "threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
+            "device": str(device),
+            "seed": args.seed,
         },
+        "order_per_repeat": [f"{b}/{v}" for b, v in names],
+        "unit": "s",
+        "time_of": f"one pass over the {len(clouds):,} clouds (median of {args.repeats} repeat{'s' * (args.repeats != 1)})",
+        "samples_per_time": len(clouds),
+        "sample_name": "cloud",
+        "rows": rows,
         "seconds": seconds,
         "median_seconds": median,
         "ratios": ratios,
@@ -244,10 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         "paper_ratios": paper_ratios,
         "targets": TARGETS,
         "targets_met": met,
-        "parameters": {
-            b: {v: sum(p.numel() for p in m.parameters()) for v, m in variants.items()}
-            for b, variants in models.items()
-        },
+        "parameters": parameters,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(record, indent=2) + "\n")

@@ -17,6 +17,7 @@
 #   scripts/reproduce.sh adapt-mnist     # the embedded adapt table (ResNet-18, upright train), ADAPT_EPOCHS, ADAPT_SEEDS
 #   scripts/reproduce.sh adapt-mnist-long  # its backbone and prior rows at 30 epochs
 #   scripts/reproduce.sh diagnose        # diagnose the trained Rotated MNIST checkpoints (docs/reproduction/diagnostics)
+#   scripts/reproduce.sh benchmarks      # Table 5a and Fig. 3 inference times (docs/reproduction/benchmarks), minutes on a CPU
 #   scripts/reproduce.sh report          # copy the small records into docs/ and rebuild the report
 #
 # JOBS (default 2) jobs run at once, each with THREADS threads (default cores / JOBS; set THREADS=1 when two
@@ -216,6 +217,21 @@ case "${1:-}" in
       cp "outputs/diagnose/reproduction/$row/diagnostics.json" "docs/reproduction/diagnostics/$row/"
       cp outputs/diagnose/reproduction/$row/figures/*.png "docs/reproduction/diagnostics/$row/"
     done ;;
+  benchmarks)  # the inference-time records of the report (canonical_network/report_inference.py), each with the
+               # ratios of one run: Table 5a (vanilla, VN and CN point-cloud classifiers; the paper: batch 32, ModelNet40's
+               # test split, 1 A100) on BENCH_CLOUDS synthetic clouds of BENCH_POINTS points, and Fig. 3 (CN(pN)-CNN
+               # against a parameter-matched G-CNN, N = 4..64). One thread by default (BENCH_THREADS), ~5 min each on
+               # a busy 2-core machine; on a GPU: EXTRA_BENCH="--device cuda" BENCH_POINTS=1024 BENCH_CLOUDS=2468
+    mkdir -p docs/reproduction/benchmarks
+    local bench_threads="${BENCH_THREADS:-1}"
+    # shellcheck disable=SC2086
+    OMP_NUM_THREADS="$bench_threads" "$PY" scripts/benchmark_pointcloud_inference.py --num-clouds "${BENCH_CLOUDS:-32}" \
+      --points "${BENCH_POINTS:-256}" --batch-size 32 --repeats "${BENCH_REPEATS:-5}" --threads "$bench_threads" \
+      ${EXTRA_BENCH:-} --json docs/reproduction/benchmarks/pointcloud_inference.json
+    # shellcheck disable=SC2086
+    OMP_NUM_THREADS="$bench_threads" "$PY" scripts/benchmark_image_inference.py --orders 4,8,16,32,64 \
+      --batch-size "${BENCH_IMAGES:-32}" --repeats "${BENCH_REPEATS:-5}" --warmup 1 --no-build-memory \
+      --threads "$bench_threads" ${EXTRA_BENCH:-} --json docs/reproduction/benchmarks/image_inference.json ;;
   report)
     "$PY" scripts/collect_runs.py "$OUT" docs/reproduction/runs
     "$PY" -m canonical_network.report docs/reproduction/runs --out docs/reproduction --readme README.md ;;
