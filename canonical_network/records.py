@@ -63,12 +63,14 @@ class RunResults(_RecordedByEveryRun, total=False):
     ``run_dir`` (its own folder); not the fields of fitting (``best_val``, ``epochs``, ``resumed_from``,
     ``fit_time_s``). Every record (failed ones too) has ``code_version``.
 
-    Paths (``run_dir``, ``checkpoint``, ``resumed_from``) are stored relative to the project root (the folder
-    holding ``configs/``, :data:`~canonical_network.utils.config.PROJECT_ROOT`) when they lie below it, and
-    absolute otherwise (:func:`path_for_record`); a reader resolves a relative one against the project root,
-    never against the record's folder or the working directory (:func:`path_from_record`). So a record means
-    the same file on every clone of the repository, and copying it (``scripts/collect_runs.py``) changes
-    nothing it says. ``checkpoint`` may also be :data:`FINAL_WEIGHTS`, which is not a path.
+    Paths: a file inside the run's own folder (``checkpoint``, ``resumed_from``: ``checkpoints/epoch_007.ckpt``)
+    is stored relative to that folder; ``run_dir``, and a file outside the run folder (the checkpoint an
+    evaluation read), relative to the project root (the folder holding ``configs/``,
+    :data:`~canonical_network.utils.config.PROJECT_ROOT`) when below it, else absolute (:func:`path_for_record`).
+    A reader resolves a relative path against the record's folder when it names a file there, else against the
+    project root, never the working directory (:func:`path_from_record`). So a record means the same files on
+    every clone of the repository and wherever its folder is copied. ``checkpoint`` may also be
+    :data:`FINAL_WEIGHTS`, which is not a path.
 
     ``code_version`` is which code wrote the record (:func:`canonical_network.utils.runs.code_version`, read
     once per process, when it starts): ``{"commit": <git HEAD sha>, "dirty": <bool: tracked files differ from
@@ -95,23 +97,40 @@ class RunResults(_RecordedByEveryRun, total=False):
 FINAL_WEIGHTS = "final weights"
 
 
-def path_for_record(path: Path | str) -> str:
-    """``path`` as a record stores it: relative to the project root (POSIX separators) when it lies below it,
-    else absolute. The inverse is :func:`path_from_record`."""
+def path_for_record(path: Path | str, run_dir: Path | str | None = None) -> str:
+    """``path`` as a record stores it: relative to ``run_dir`` when it lies inside that run folder, else relative
+    to the project root (POSIX separators) when below it, else absolute. The inverse is :func:`path_from_record`."""
     absolute = Path(os.path.abspath(path))
-    for candidate in (absolute, absolute.resolve()):  # e.g. a run folder reached through a symlink
-        try:
-            return candidate.relative_to(PROJECT_ROOT).as_posix()
-        except ValueError:
-            continue
+    bases = ([Path(os.path.abspath(run_dir))] if run_dir is not None else []) + [PROJECT_ROOT]
+    for base in bases:
+        for candidate, root in ((absolute, base), (absolute.resolve(), base.resolve())):
+            try:  # also through a symlink (a run folder reached through one)
+                return candidate.relative_to(root).as_posix()
+            except ValueError:
+                continue
     return str(absolute)
 
 
-def path_from_record(value: str) -> Path:
-    """The file or folder a record's path names: a relative one lies below the project root (whatever the
-    working directory, wherever the record itself lies); an absolute one is taken as it is."""
+def path_from_record(value: str, record_dir: Path | str | None = None) -> Path:
+    """The file or folder a record's path names: a relative one lies in the record's folder ``record_dir`` when
+    it names something there, else below the project root (whatever the working directory); an absolute one is
+    taken as it is."""
     path = Path(value)
-    return path if path.is_absolute() else PROJECT_ROOT / path
+    if path.is_absolute():
+        return path
+    if record_dir is not None and (Path(record_dir) / path).exists():
+        return Path(record_dir) / path
+    return PROJECT_ROOT / path
+
+
+def record_path(results: dict, key: str) -> Path | None:
+    """The file a record's path field ``key`` (``checkpoint``, ``resumed_from``, ``run_dir``) names, resolved as
+    :func:`path_from_record` says (None when the field is empty or is :data:`FINAL_WEIGHTS`)."""
+    value = results.get(key)
+    if not value or value == FINAL_WEIGHTS:
+        return None
+    run_dir = path_from_record(results["run_dir"]) if results.get("run_dir") else None
+    return path_from_record(value, run_dir) if key != "run_dir" else run_dir
 
 
 def write_results(run_dir: Path | str, results: RunResults) -> Path:

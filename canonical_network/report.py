@@ -152,8 +152,9 @@ def load_claims(path: Path | None = None, tables: dict | None = None) -> tuple[l
     """The claims of a claims file (default: the paper's, :data:`CLAIMS_FILE` beside this module) and the
     tables it adds (its ``tables:``, in the format of ``paper_results.json``). A user's file defaults its
     claims' ``kind`` to "user". Nothing in the file runs: it is read with ``yaml.safe_load``."""
-    import yaml
     from importlib import resources
+
+    import yaml
 
     if path is None:
         text, origin, default_kind = resources.files("canonical_network").joinpath(CLAIMS_FILE).read_text(), \
@@ -902,37 +903,36 @@ def render_claim_details(scored: list[Scored], checks: list[ClaimCheck], effects
         others = [o for o in checks if o.claim is s.claim and o is not c and (c is None or o.data == c.data)]
         if c is None:
             if others:
-                lines.append(f"**#{s.number} {s.claim.text}** ({s.claim.source}): not checked at the rows' own "
+                lines.append(f"- **#{s.number} {s.claim.text}** ({s.claim.source}): not checked at the rows' own "
                              f"settings ({s.reason}).")
-                lines += [f"- The claim with `{' '.join(o.variant)}` on both sides ({o.data}, {o.budget}): "
-                          f"**{o.verdict}**, {o.label} = {o.interval} (n {o.counts})." for o in others] + [""]
+                lines += [f"  - The claim with `{' '.join(o.variant)}` on both sides ({o.data}, {o.budget}): "
+                          f"**{o.verdict}**, {o.label} = {o.interval} (n {o.counts})." for o in others]
             continue
         if c.verdict == "holds" and not others:
             continue
-        lines += [f"**#{s.number} {s.claim.text}** ({s.claim.source}; {c.data}, {c.budget}): {c.verdict}, "
+        lines += [f"- **#{s.number} {s.claim.text}** ({s.claim.source}; {c.data}, {c.budget}): {c.verdict}, "
                   f"{c.label} = {c.interval} (n {c.counts}; p {c.p})."]
         for other in others:
             where = f"with `{' '.join(other.variant)}` on both sides" if other.variant else f"at {other.budget}"
             if other.variant and other.budget != c.budget:
                 where += f", {other.budget}"
-            lines.append(f"- The claim {where}: **{other.verdict}**, {other.label} = {other.interval} "
+            lines.append(f"  - The claim {where}: **{other.verdict}**, {other.label} = {other.interval} "
                          f"(n {other.counts}).")
         if c.verdict != "holds":
             stopping = [text for name, runs in c.sides if (text := stopping_text(name, list(runs)))]
             if stopping:
-                lines.append("- How the runs ended: " + "; ".join(stopping) + ".")
+                lines.append("  - How the runs ended: " + "; ".join(stopping) + ".")
             related = [e for e in effects if e["experiment"] in c.experiments and (e["data"], e["budget"]) ==
                        (c.data, c.budget)]
             if related:
                 moving = [f"{e['id']} {_difference(e['values'], e['base'])}" for e in related
                           if not e.get("other_split") and _moved(e["values"], e["base"]) == "moves it"]
-                lines.append(f"- Ablations of its rows on this data and budget: {_id_span(related)}; "
+                lines.append(f"  - Ablations of its rows on this data and budget: {_id_span(related)}; "
                              + (f"moving it (variant − row default, 95 % CI): {'; '.join(moving)}." if moving
                                 else "none moves it beyond its 95 % interval."))
             elif not any(o.variant for o in others):
-                lines.append("- No ablation of these rows has run on this data and budget yet.")
-        lines.append("")
-    return lines or ["Every claim holds at the one setting it has runs at.", ""]
+                lines.append("  - No ablation of these rows has run on this data and budget yet.")
+    return lines + [""] if lines else ["Every claim holds at the one setting it has runs at.", ""]
 
 
 def stopping_text(name: str, runs: list[dict]) -> str | None:
@@ -1087,7 +1087,7 @@ def render_runs(runs: list[dict], roots: list[Path]) -> list[str]:
         groups[(str(run.get("experiment")), tuple(command), dataset_of(run)[0])].append(run)
     lines = ["| command (`python -m canonical_network.train` ... `seed=<seed>`) | seeds | status | data | epochs "
              "run | training time | device | folders |", "|---|---|---|---|---|---|---|---|"]
-    for (experiment, command, data), members in sorted(groups.items()):
+    for (_experiment, command, data), members in sorted(groups.items()):
         members.sort(key=lambda r: (str(r.get("seed")), r["path"]))
         seeds = ", ".join(sorted({str(r.get("seed")) for r in members}))
         if len(members) > len(seeds.split(", ")):
@@ -1288,7 +1288,9 @@ def build_report(folders: list[Path], out: Path, claims_file: Path | None = None
                                f"Paper: {_paper_protocol_text(spec)}. Differences: "
                                + ("; ".join(differences) if differences else "none") + ".", ""]
             table_sections += render_table(name, spec, groups, comparable)
-            budget, cells, _ = groups[0]  # the largest budget: the one its figures show
+            # the figures show the budget with the most cells run (the largest of those): a table's fullest view
+            budget, cells, _ = max(groups, key=lambda g: (sum(bool(c.values) for c in g[1].values()),
+                                                          -groups.index(g)))
             table_sections += floor_note(spec, cells)
             slug = _slug(f"{name}_{data.split()[0]}_{budget}")
             bar = figures / f"{slug}_bars.png"

@@ -210,8 +210,9 @@ def _render_record(record: dict[str, Any], name: str, paper: dict[str, Any]) -> 
                  _number(row["time"]), _number(row["time"] * per_sample), ratio, paper_value, paper_ratio]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("The paper's words on it:")
-    lines += [f"- l. {claim['tex_line']}: \"{claim['text']}\"" for claim in entry.get("claims", [])]
+    words = "; ".join(f"l. {claim['tex_line']}: \"{claim['text']}\"" for claim in entry.get("claims", []))
+    if words:
+        lines.append(f"The paper's words on it: {words}.")
     lines += ["", f"Regenerate: `{record['command']}` (both benchmark files: `{STAGE}`).", ""]
     return lines
 

@@ -259,7 +259,7 @@ def _run(cfg: DictConfig) -> RunResults:
         checkpoint=best_path or FINAL_WEIGHTS, trainer=trainer, started=start, output_dir=output_dir,
         best_val={cfg.optimized_metric: to_float(best_score)} if best_score is not None else {},
         epochs=trainer.current_epoch,
-        resumed_from=path_for_record(resumed_from) if resumed_from else None,
+        resumed_from=path_for_record(resumed_from, output_dir) if resumed_from else None,
         fit_time_s=fit_time_s,
         **({"divergence": divergence} if divergence else {}),
     )

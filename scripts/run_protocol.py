@@ -67,7 +67,8 @@ def _run_job(out: Path, experiment: str, seed: int, overrides: list[str], thread
         record = completed(job_dir(out, source, seed, variant))
         if record is None or record["status"] != "completed":
             return f"FAILED {experiment} seed {seed}: {source} seed {seed} has not completed in {out}"
-        extra.append(f"{key}={path_from_record(record['checkpoint'])}")  # a record's path: see RunResults
+        source_dir = job_dir(out, source, seed, variant)
+        extra.append(f"{key}={path_from_record(record['checkpoint'], source_dir)}")  # a record's path: see RunResults
     cmd = [sys.executable, "-m", "canonical_network.train", f"experiment={experiment}", f"seed={seed}",
            f"hydra.run.dir={run_dir}", *extra, *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}

@@ -19,7 +19,14 @@ import torch
 from canonical_network.canonicalization.pretrained import from_checkpoint
 from canonical_network.data.nbody import NBodyDataModule
 from canonical_network.evaluate import _command_line, compose_evaluation, evaluate
-from canonical_network.records import EVALUATED, RESULTS_FILE, load_runs, read_results, write_results
+from canonical_network.records import (
+    EVALUATED,
+    RESULTS_FILE,
+    load_runs,
+    read_results,
+    record_path,
+    write_results,
+)
 from canonical_network.tables import build_table
 from canonical_network.train import run
 from canonical_network.utils.checkpoints import (
@@ -47,7 +54,7 @@ def _trained(tmp_path_factory, name: str, overrides: list[str]) -> tuple[dict, s
     cfg.trainer.limit_test_batches = 2
     results = run(cfg)
     assert results["checkpoint"].endswith(".ckpt")
-    return results, results["checkpoint"]
+    return results, str(record_path(results, "checkpoint"))
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from canonical_network.records import record_path
 from canonical_network.utils.config import PROJECT_ROOT
 
 # Deterministic, small: 3 epochs of 12 batches of the CNN on the embedded data.
@@ -51,7 +52,7 @@ def test_sigterm_mid_training_then_resume_matches_uninterrupted_run(tmp_path):
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     results = json.loads((run_dir / "results.json").read_text())
-    assert results["resumed_from"] == str(last)
+    assert record_path(results, "resumed_from") == last
     assert results["epochs"] == expected["epochs"] == 3
     # Same machine, deterministic mode, same operations: the metrics should agree to the bit. abs 1e-6 only
     # lets a final float32 reduction run in another order (≈ 8·eps32 of a loss ≤ 1); it is far below the
@@ -98,7 +99,7 @@ def test_truncated_last_checkpoint_falls_back_to_the_newest_readable_one(tmp_pat
     cfg.trainer.max_epochs = 3
     with caplog.at_level("WARNING", logger="canonical_network.train"):
         results = run(cfg)
-    assert results["resumed_from"] == str(best) and results["status"] == "completed"
+    assert record_path(results, "resumed_from") == best and results["status"] == "completed"
     assert f"{last} is unreadable" in caplog.text and str(best) in caplog.text
 
     for path in last.parent.glob("*.ckpt"):

@@ -24,7 +24,7 @@ from canonical_network.prediction.frame_averaging import (
     LayerwiseFrameAveragingGNN,
     pca_frame,
 )
-from canonical_network.records import read_results
+from canonical_network.records import read_results, record_path
 from canonical_network.train import run
 from tests.helpers import EPS32, EXPERIMENTS, compose_config, frame_condition, rel_tol, scale_of, shrink
 from tests.test_fa_gnn import accumulation_length
@@ -266,7 +266,7 @@ def test_last_checkpoint_is_every_epoch_not_every_improvement(tiny_dir, tmp_path
 
     (tmp_path / "results.json").unlink()
     resumed = run(config(6))
-    assert resumed["resumed_from"] == str(last)
+    assert record_path(resumed, "resumed_from") == last
     state = torch.load(last, map_location="cpu", weights_only=True)
     assert (state["epoch"], state["global_step"]) == (5, 12)  # 3 more epochs, not 6
     # the record's fitting time is the whole fit's, not the tested (best, epoch 4) checkpoint's: testing

@@ -190,7 +190,7 @@ def test_claims_are_also_checked_under_an_ablation_run_on_both_sides(tmp_path):
     text = report.build_report([runs], tmp_path / "out").read_text()
     assert "not resolved: no runs at the rows' own settings" in claim_row(text, "Canonicalization beats augmentation")
     claim = next(line for line in text.splitlines()
-                 if line.startswith("- The claim with `test_ckpt=last`") and "CN(p64)" not in line)
+                 if line.startswith("  - The claim with `test_ckpt=last`") and "CN(p64)" not in line)
     # no early stopping is the budget (runs of another budget are never pooled); test_ckpt=last the ablation
     assert "no early stopping" in claim and "(n 2, 2)" in claim
     assert "-0.60 ± 0.30" in claim and "**holds**" in claim  # Welch: sd 0.071 each, 2 df, t = 4.30
@@ -403,12 +403,12 @@ def test_a_variant_that_moves_digits_between_splits_is_not_compared_with_the_def
         write_run(runs, f"aug_440_{seed}", "rotmnist/cnn_aug", seed, {"test/error": aug_440},
                   overrides=["data.train_per_class=440"])
     text = report.build_report([runs], tmp_path / "out").read_text()
-    entry = text.split("Canonicalization beats augmentation: CN(p64) < CNN (rotation aug.)** (")[1].split("\n\n**")[0]
+    entry = text.split("Canonicalization beats augmentation: CN(p64) < CNN (rotation aug.)** (")[1].split("\n- **#")[0]
     diff, half, _ = report.welch_interval([1.0, 1.1], [2.0, 2.2])
-    assert (f"- The claim with `data.train_per_class=440` on both sides: **holds**, a − b = {diff:+.2f} ± "
+    assert (f"  - The claim with `data.train_per_class=440` on both sides: **holds**, a − b = {diff:+.2f} ± "
             f"{half:.2f} (n 2, 2).") in entry
     # tested on other digits than the rows' defaults: listed, but never read as moving the claim
-    assert "- Ablations of its rows on this data and budget: A1–A2; none moves it" in entry
+    assert "  - Ablations of its rows on this data and budget: A1–A2; none moves it" in entry
     assert "moving it" not in entry  # 1.05 vs 3.2 would "move" it, were the test digits the same
     variants = text.split("## Ablations and variants")[1]
     assert variants.count("– (another test split)") == 2 and report.changes_split(("data.val_per_class=20",))
@@ -427,8 +427,8 @@ def test_open_claims_say_whether_their_runs_hit_the_epoch_cap(tmp_path):
         write_run(tmp_path / "runs", f"aug_{seed}", "rotmnist/cnn_aug", seed, {"test/error": aug}, epochs=stop_aug,
                   curve=aug_curve, extra_config=monitored)
     text = report.build_report([tmp_path / "runs"], tmp_path / "out").read_text()
-    entry = text.split("Canonicalization beats augmentation: CN(p64) < CNN (rotation aug.)** (")[1].split("\n\n**")[0]
-    assert ("- How the runs ended: CN(p64)-CNN: 2 of 2 ran to the 100-epoch cap, best validation after 97–99 "
+    entry = text.split("Canonicalization beats augmentation: CN(p64) < CNN (rotation aug.)** (")[1].split("\n- **#")[0]
+    assert ("  - How the runs ended: CN(p64)-CNN: 2 of 2 ran to the 100-epoch cap, best validation after 97–99 "
             "epochs; CNN (rotation aug.): 2 of 2 stopped early after 40–60 epochs, best validation after 21–31 "
             "epochs.") in entry
     # runs that do not record their monitored metric still say where they ended
@@ -458,14 +458,14 @@ def test_claims_that_do_not_hold_list_what_the_ablations_of_their_rows_show(tmp_
     section = text.split("## Each claim at its other budgets and under ablations")[1].split("## Tables")[0]
     assert "Canonicalization beats augmentation: CN(p64) < CNN (rotation aug.)** (" in section
     assert "CN(p64)-CNN beats the CNN" not in section  # it holds
-    entry = section.split("Canonicalization beats augmentation: CN(p64) < CNN (rotation aug.)** (")[1].split("\n\n**")[0]
+    entry = section.split("Canonicalization beats augmentation: CN(p64) < CNN (rotation aug.)** (")[1].split("\n- **#")[0]
     diff, half, _ = report.welch_interval([2.0, 2.1, 2.2], [3.0, 3.4, 3.2])
     ablation = next(line for line in text.splitlines() if "| `canonicalization.filters=free` |" in line)
     ident = ablation.split(" | ")[0].removeprefix("| ")
     assert f"moving it (variant − row default, 95 % CI): {ident} {diff:+.3g} ± {half:.2g}." in entry
     assert "#" in ablation.split(" | ")[-1]  # the ablation names the claims whose rows it changes
     diff, half, _ = report.welch_interval([4.0, 4.1], [5.0, 5.1])
-    assert f"- The claim at ≤ 20 epochs: **holds**, a − b = {diff:+.2f} ± {half:.2f} (n 2, 2)." in entry
+    assert f"  - The claim at ≤ 20 epochs: **holds**, a − b = {diff:+.2f} ± {half:.2f} (n 2, 2)." in entry
     assert "temperature" not in entry
     # A claim whose rows have no ablation says so.
     assert "Learned beats PCA" not in section  # no CN(PCA) run: the claim is not checked at all

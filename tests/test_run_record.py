@@ -157,8 +157,11 @@ def test_a_record_carries_its_code_version_and_paths_relative_to_the_project_roo
     assert version["commit"] in {before, after} and len(version["commit"]) == 40
     assert isinstance(version["dirty"], bool) and version["package"]
     assert written["run_dir"] == "outputs/row"
-    assert written["checkpoint"].startswith("outputs/row/checkpoints/epoch_")
-    assert records.path_from_record(written["checkpoint"]).is_file()
+    # a file inside the run folder is relative to it (the record means the same file wherever it is copied)
+    assert written["checkpoint"].startswith("checkpoints/epoch_")
+    run_dir = records.path_from_record(written["run_dir"])
+    assert records.path_from_record(written["checkpoint"], run_dir) == run_dir / written["checkpoint"]
+    assert (run_dir / written["checkpoint"]).is_file()
     assert records.path_from_record(written["run_dir"]) == tmp_path / "outputs" / "row"
     (flat,) = load_runs(tmp_path)  # tables and report read it as code_version.<key>, as environment.<key>
     assert flat["code_version.commit"] == version["commit"] and flat["code_version.dirty"] == version["dirty"]
@@ -171,6 +174,14 @@ def test_paths_below_the_project_root_are_relative_and_others_absolute(tmp_path)
     assert path_from_record("outputs/runs/x") == PROJECT_ROOT / "outputs" / "runs" / "x"
     assert path_for_record(tmp_path / "x") == str(tmp_path / "x")  # tmp_path lies outside the repository
     assert path_from_record(str(tmp_path / "x")) == tmp_path / "x"
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert path_for_record(run / "checkpoints" / "last.ckpt", run) == "checkpoints/last.ckpt"
+    assert path_from_record("checkpoints/last.ckpt", run) == run / "checkpoints" / "last.ckpt"
+    # a file outside the run folder keeps the project-relative (or absolute) form
+    assert path_for_record(PROJECT_ROOT / "outputs" / "a.ckpt", run) == "outputs/a.ckpt"
+    assert path_from_record("outputs/a.ckpt", run) == PROJECT_ROOT / "outputs" / "a.ckpt"
 
 
 @pytest.mark.parametrize("why", ["no git", "another repository"])

@@ -17,6 +17,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from canonical_network.records import record_path
 from canonical_network.train import run
 from canonical_network.utils.checkpoints import (
     RUN_CONFIG_KEY,
@@ -185,7 +186,7 @@ def test_copied_run_folder_tests_its_own_checkpoint(trained, tmp_path):
     (run_dir / "results.json").unlink()
     cfg = shrink(compose_config(["experiment=rotmnist/cn_p4", "canonicalization.num_rotations=4"], run_dir))
     results = run(cfg)
-    assert Path(results["checkpoint"]).parent == run_dir / "checkpoints"
+    assert record_path(results, "checkpoint").parent == run_dir / "checkpoints"
 
 
 def test_plot_script_refuses_a_pickled_checkpoint(trained, tmp_path):

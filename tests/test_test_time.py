@@ -9,6 +9,7 @@ import torch
 from canonical_network.canonicalization.base import CanonicalizedModel
 from canonical_network.canonicalization.test_time import TestTimeCanonicalizer, inverse_exact
 from canonical_network.evaluate import compose_evaluation, evaluate
+from canonical_network.records import record_path
 from canonical_network.utils.checkpoints import RUN_CONFIG_KEY, model_from_checkpoint
 from canonical_network.utils.checks import ConfigError
 from canonical_network.utils.config import compose_experiment
@@ -103,7 +104,7 @@ def cnn_run(tmp_path_factory):
                                 tmp_path_factory.mktemp("cnn_run")))
     from canonical_network.train import run
 
-    return run(cfg)["checkpoint"]
+    return str(record_path(run(cfg), "checkpoint"))
 
 
 def test_evaluate_a_plain_cnn_checkpoint_with_tta(cnn_run, tmp_path):

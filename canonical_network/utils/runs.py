@@ -247,8 +247,8 @@ def run_record(cfg: DictConfig, config: dict[str, Any], *, status: str, metrics:
                **fields: Any) -> RunResults:
     """The ``results.json`` record of a run that got to its test: the fields every command writes, then
     ``fields`` (the command's own, in the order given). ``config`` is the resolved composed config; the
-    paths ``checkpoint`` and ``output_dir`` are stored as :func:`~canonical_network.records.path_for_record`
-    says (relative to the project root when below it)."""
+    paths are stored as :func:`~canonical_network.records.path_for_record` says (``checkpoint`` relative to
+    ``output_dir`` when inside it; ``output_dir`` relative to the project root when below it)."""
     record: RunResults = {
         "experiment": cfg.get("experiment_name"),
         "status": status,
@@ -256,7 +256,7 @@ def run_record(cfg: DictConfig, config: dict[str, Any], *, status: str, metrics:
         "overrides": command_overrides(),
         "metrics": metrics,
         "params": params,
-        "checkpoint": checkpoint if checkpoint == FINAL_WEIGHTS else path_for_record(checkpoint),
+        "checkpoint": checkpoint if checkpoint == FINAL_WEIGHTS else path_for_record(checkpoint, output_dir),
     }
     record.update(fields)  # type: ignore[typeddict-item]
     record.update({
@@ -277,7 +277,7 @@ def print_summary(results: RunResults, output_dir: Path, loggers: list, log: log
 
     checkpoint = results["checkpoint"]
     lines = [f"Run folder: {output_dir}",
-             f"Checkpoint tested: {checkpoint if checkpoint == FINAL_WEIGHTS else path_from_record(checkpoint)}"]
+             f"Checkpoint tested: {checkpoint if checkpoint == FINAL_WEIGHTS else path_from_record(checkpoint, output_dir)}"]
     lines += [f"{k} = {v:.4f}" for k, v in sorted(results["metrics"].items())]
     for lg in loggers:
         if isinstance(lg, WandbLogger):
