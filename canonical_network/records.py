@@ -65,12 +65,14 @@ class RunResults(_RecordedByEveryRun, total=False):
 
     Paths: a file inside the run's own folder (``checkpoint``, ``resumed_from``: ``checkpoints/epoch_007.ckpt``)
     is stored relative to that folder; ``run_dir``, and a file outside the run folder (the checkpoint an
-    evaluation read), relative to the project root (the folder holding ``configs/``,
-    :data:`~canonical_network.utils.config.PROJECT_ROOT`) when below it, else absolute (:func:`path_for_record`).
+    evaluation read), relative to the project root (:data:`~canonical_network.utils.config.PROJECT_ROOT`: the
+    checkout, or for an installed wheel the working directory the command ran in, the folder holding its
+    ``outputs/``) when below it, else absolute (:func:`path_for_record`).
     A reader resolves a relative path against the record's folder when it names a file there, else against the
-    project root, never the working directory (:func:`path_from_record`). So a record means the same files on
-    every clone of the repository and wherever its folder is copied. ``checkpoint`` may also be
-    :data:`FINAL_WEIGHTS`, which is not a path.
+    project root, never the working directory of a checkout (:func:`path_from_record`). So a record means the
+    same files on every clone of the repository and wherever its folder is copied; an installed wheel's records
+    are read from the folder they were written in (``cn-train`` and ``tables`` run from the same directory).
+    ``checkpoint`` may also be :data:`FINAL_WEIGHTS`, which is not a path.
 
     ``code_version`` is which code wrote the record (:func:`canonical_network.utils.runs.code_version`, read
     once per process, when it starts): ``{"commit": <git HEAD sha>, "dirty": <bool: tracked files differ from

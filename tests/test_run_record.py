@@ -184,21 +184,27 @@ def test_paths_below_the_project_root_are_relative_and_others_absolute(tmp_path)
     assert path_from_record("outputs/a.ckpt", run) == PROJECT_ROOT / "outputs" / "a.ckpt"
 
 
-@pytest.mark.parametrize("why", ["no git", "another repository"])
+@pytest.mark.parametrize("why", ["no git", "another repository", "installed wheel"])
 def test_without_git_the_code_version_is_null_but_the_package_version(tmp_path, monkeypatch, why):
-    """No git on the machine, or a package installed where git only sees someone else's repository (a venv
-    inside a project): commit and dirty are null, not another repository's; the package version is there.
-    A failed run's record carries it too."""
+    """No git on the machine, a source tree inside someone else's repository (an unpacked sdist), or an
+    installed wheel (no checkout: the working directory may be another repository): commit and dirty are null,
+    not another repository's; the package version is there. A failed run's record carries it too."""
     from importlib.metadata import version
 
     from canonical_network.utils import runs
 
     if why == "no git":
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    else:
+    else:  # someone else's repository, with a commit that must not be reported as ours
         subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-        monkeypatch.setattr(runs, "PROJECT_ROOT", tmp_path / "lib" / "site-packages")
-        (tmp_path / "lib" / "site-packages").mkdir(parents=True)
+        subprocess.run(["git", "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-q", "--allow-empty", "-m",
+                        "theirs"], cwd=tmp_path, check=True)
+    if why == "another repository":
+        monkeypatch.setattr(runs, "CHECKOUT_ROOT", tmp_path / "sdist")
+        (tmp_path / "sdist").mkdir(parents=True)
+    elif why == "installed wheel":  # run from the top of the user's own repository
+        monkeypatch.setattr(runs, "CHECKOUT_ROOT", None)
+        monkeypatch.chdir(tmp_path)
     runs.code_version.cache_clear()
     try:
         expected = {"commit": None, "dirty": None, "package": version("canonical_network")}

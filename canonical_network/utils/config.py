@@ -1,4 +1,5 @@
-"""OmegaConf resolvers used by the configs, registered once on import (train.py and the tests import this)."""
+"""Where the configs, data and outputs are (a checkout or an installed wheel: docs/configs.md), the OmegaConf
+resolvers the configs use, registered once on import (train.py and the tests import this), and composing."""
 
 from __future__ import annotations
 
@@ -8,9 +9,26 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-#: The repository root: configs/, data/ and outputs/ live here whatever the working directory.
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-CONFIG_DIR = PROJECT_ROOT / "configs"
+#: The installed package's folder (``canonical_network/``).
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def _checkout_root(folder: Path) -> Path | None:
+    """``folder`` when it is a source tree of the project (its ``configs/train.yaml`` beside its ``pyproject.toml``:
+    a clone, an editable install of one, an unpacked sdist), else None (an installed wheel: site-packages)."""
+    return folder if (folder / "configs" / "train.yaml").is_file() and (folder / "pyproject.toml").is_file() else None
+
+
+#: The source tree this code runs from, or None when it runs from an installed wheel.
+CHECKOUT_ROOT = _checkout_root(PACKAGE_DIR.parent)
+#: The folder the commands compose from: the checkout's top-level ``configs/`` (so editing them takes effect
+#: without reinstalling), else the copy a wheel ships as ``canonical_network/configs`` (setup.py: build_py).
+CONFIG_DIR = CHECKOUT_ROOT / "configs" if CHECKOUT_ROOT is not None else PACKAGE_DIR / "configs"
+#: The folder ``data/`` and ``outputs/`` live in (``paths.root_dir``) and record paths are relative to
+#: (``records.path_for_record``): the checkout whatever the working directory, else (an installed wheel) the
+#: working directory when the package is first imported (where the command starts), as for any command-line
+#: tool. ``paths.root_dir=<dir>`` moves one command's data and outputs elsewhere. docs/configs.md.
+PROJECT_ROOT = CHECKOUT_ROOT if CHECKOUT_ROOT is not None else Path.cwd().resolve()
 
 
 def _slug(text: str) -> str:
@@ -59,29 +77,73 @@ def compose_experiment(overrides: list[str] | tuple[str, ...] = (), config_name:
         return compose(config_name=config_name, overrides=list(overrides))
 
 
-def known_experiments() -> list[str]:
-    """Every ``experiment=`` choice: ``configs/experiment/<family>/<row>.yaml`` as ``<family>/<row>``."""
-    root = CONFIG_DIR / "experiment"
-    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+def search_dirs(arguments: list[str] | tuple[str, ...] = ()) -> tuple[list[Path], bool]:
+    """The config folders a command line composes from, in Hydra's order: :data:`CONFIG_DIR`, then each folder of
+    its ``hydra.searchpath=[file://<dir>,pkg://<module>]`` (a user's own configs; Hydra appends them after the
+    package's, so they add names rather than replace the package's). The flag is False when a search path entry
+    could not be resolved to a folder here (then the caller cannot know every name)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    folders, complete = [CONFIG_DIR], True
+    searchpath = [a.lstrip("+~") for a in arguments if a.lstrip("+~").split("=", 1)[0].strip() == "hydra.searchpath"]
+    if not searchpath:
+        return folders, complete
+    try:
+        entries = OverridesParser.create().parse_overrides(searchpath[-1:])[0].value()
+    except Exception:  # Hydra reports a malformed override itself, with its own message
+        return folders, False
+    for entry in entries if isinstance(entries, list) else []:
+        scheme, _, location = str(entry).partition("://")
+        folder = Path(location) if scheme == "file" else _package_folder(location) if scheme == "pkg" else None
+        if folder is not None and folder.is_dir():
+            folders.append(folder)
+        else:
+            complete = False
+    return folders, complete
+
+
+def _package_folder(module: str) -> Path | None:
+    """The folder of an importable package (``pkg://`` search path entries), or None."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return Path(locations[0]) if locations else None
+
+
+def known_experiments(folders: list[Path] | None = None) -> list[str]:
+    """Every ``experiment=`` choice: ``<config folder>/experiment/<family>/<row>.yaml`` as ``<family>/<row>``, in
+    :data:`CONFIG_DIR` or the given config folders (:func:`search_dirs`)."""
+    names = set()
+    for folder in folders if folders is not None else [CONFIG_DIR]:
+        root = folder / "experiment"
+        names.update(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+    return sorted(names)
 
 
 def check_experiment_names(arguments: list[str], command: str = "canonical_network.train") -> None:
     """Exit with one clear message for an ``experiment=<name>`` of the command line that does not exist: the
-    close matches and the rows of its family (Hydra says only "Could not find 'experiment/<name>'")."""
+    close matches and the rows of its family (Hydra says only "Could not find 'experiment/<name>'"). Names in a
+    user's ``hydra.searchpath`` folders count; when one of those cannot be read here, Hydra is left to judge."""
     import difflib
 
-    known = known_experiments()
+    folders, complete = search_dirs(arguments)
+    known = known_experiments(folders)
     for argument in arguments:
         key, _, value = argument.lstrip("+").partition("=")
         if key != "experiment" or not value or "(" in value:  # sweep functions (glob(...)) are Hydra's to expand
             continue
         for name in (v.strip() for v in value.split(",")):
-            if name in known or name in ("null", ""):
+            if name in known or name in ("null", "") or not complete:
                 continue
             family = name.split("/")[0]
             close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
             rows = [k for k in known if k.startswith(f"{family}/")]
-            message = f"experiment={name} does not exist (no configs/experiment/{name}.yaml)."
+            message = f"experiment={name} does not exist (no experiment/{name}.yaml in {CONFIG_DIR}"
+            message += "".join(f" or {folder}" for folder in folders[1:]) + ")."
             if close:
                 message += f" Did you mean: {', '.join(close)}?"
             if rows:

@@ -28,7 +28,7 @@ from canonical_network.records import (
     path_from_record,
     write_results,
 )
-from canonical_network.utils.config import PROJECT_ROOT
+from canonical_network.utils.config import CHECKOUT_ROOT, PROJECT_ROOT
 
 #: The lock ``train`` holds on its run folder (``train.run_folder_lock``).
 LOCK_FILE = ".run.lock"
@@ -75,12 +75,12 @@ def quiet_library_output() -> None:
 GIT_TIMEOUT_S = 10
 
 
-def _git(*arguments: str) -> str | None:
-    """The output of ``git <arguments>`` in the project root, or None when git is missing, fails or hangs."""
+def _git(folder: Path, *arguments: str) -> str | None:
+    """The output of ``git <arguments>`` in ``folder``, or None when git is missing, fails or hangs."""
     # GIT_DIR & co. (set inside git hooks) would point git at another repository than the package's own
     env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
     try:
-        done = subprocess.run(["git", *arguments], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+        done = subprocess.run(["git", *arguments], cwd=folder, env=env, capture_output=True, text=True,
                               timeout=GIT_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return None
@@ -106,15 +106,17 @@ def code_version() -> dict[str, Any]:
 
     Read once per process, and first when the process sets up (:func:`prepare_process`): a record says what
     the code was when its run started, even if files are edited while it trains. ``commit`` and ``dirty`` are
-    None when git is missing or fails, or when the project root is not the top of a git repository (an
-    installed wheel: site-packages may lie inside someone else's repository, whose commit is not ours).
+    None when git is missing or fails, when the code runs from an installed wheel (no checkout: the working
+    directory may be someone else's repository, whose commit is not ours), or when the checkout is not the top
+    of a git repository (an unpacked sdist inside another repository).
     """
     commit = dirty = None
-    toplevel = _git("rev-parse", "--show-toplevel")
-    if toplevel and Path(toplevel.strip()).resolve() == PROJECT_ROOT:
-        head = _git("rev-parse", "--verify", "HEAD")
+    root = CHECKOUT_ROOT
+    toplevel = _git(root, "rev-parse", "--show-toplevel") if root is not None else None
+    if toplevel and Path(toplevel.strip()).resolve() == root:
+        head = _git(root, "rev-parse", "--verify", "HEAD")
         # --no-optional-locks: never take the index lock, which a concurrent `git commit` needs
-        status = _git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no")
+        status = _git(root, "--no-optional-locks", "status", "--porcelain", "--untracked-files=no")
         if head and status is not None:
             commit, dirty = head.strip(), bool(status.strip())
     return {"commit": commit, "dirty": dirty, "package": _package_version()}
