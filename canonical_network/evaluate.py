@@ -40,8 +40,9 @@ from canonical_network.utils.checkpoints import (
     require_run_config,
     use_training_free_canonicalizer,
 )
-from canonical_network.utils.checks import ConfigError, validate_run_config
+from canonical_network.utils.checks import ConfigError
 from canonical_network.utils.config import CONFIG_DIR
+from canonical_network.utils.run_config import validate_run_config
 from canonical_network.utils.runs import (
     build_trainer,
     finish,

@@ -34,8 +34,9 @@ from canonical_network.records import (
     path_for_record,
     write_failure_record,
 )
-from canonical_network.utils.checks import ConfigError, check_choice, validate_run_config
+from canonical_network.utils.checks import ConfigError, check_choice
 from canonical_network.utils.config import CONFIG_DIR
+from canonical_network.utils.run_config import validate_run_config
 from canonical_network.utils.runs import (
     HYDRA_RECORD_DIR,
     LOCK_FILE,

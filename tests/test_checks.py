@@ -119,3 +119,16 @@ def _task(**kwargs):
 )
 def test_components_name_the_full_config_key(build, expected):
     assert message(build) == expected
+
+
+def test_checks_is_a_leaf_module():
+    """Every component imports checks.py, so it imports nothing of the project (no cycle with checkpoints.py)."""
+    import ast
+    import inspect
+
+    import canonical_network.utils.checks as checks
+
+    tree = ast.parse(inspect.getsource(checks))
+    imported = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    assert not [name for name in imported if name.startswith("canonical_network")]

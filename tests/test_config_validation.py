@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from canonical_network.train import run
-from canonical_network.utils.checks import ConfigError, validate_run_config
+from canonical_network.utils.checks import ConfigError
 from canonical_network.utils.config import PROJECT_ROOT
+from canonical_network.utils.run_config import validate_run_config
 from tests.helpers import compose_config, shrink
 
 
