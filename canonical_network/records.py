@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
+from canonical_network.data.catalog import data_facts
 from canonical_network.utils.config import PROJECT_ROOT
 
 RESULTS_FILE = "results.json"
@@ -253,20 +254,6 @@ def load_runs(folder: Path, include_evaluated: bool = False) -> list[dict[str, A
     return runs
 
 
-# Data modules: a short name, and whether the paper's numbers were measured on (a subset of) that data.
-DATASETS = {
-    "RotatedMNIST5kDataModule": ("rotated_mnist_5k (5,000 MNIST digits, ours)", True),
-    "RotatedMNISTDataModule": ("MNIST-rot", True),
-    "NBodyDataModule": ("N-body charged particles", True),
-    "ModelNet40DataModule": ("ModelNet40", True),
-    "ShapeNetPartDataModule": ("ShapeNet-part", True),
-    "SyntheticShapesDataModule": ("synthetic_shapes (not the paper's data)", False),
-    # Mondal et al. (NeurIPS 2023), the adapt_table's data
-    "CIFAR10DataModule": ("CIFAR-10", True),
-    "STL10DataModule": ("STL-10", True),
-}
-
-
 def dataset_of(run: dict) -> tuple[str, bool]:
     """``(name, comparable)``: the run's data set and whether the paper's numbers were measured on it.
 
@@ -276,7 +263,8 @@ def dataset_of(run: dict) -> tuple[str, bool]:
     if not target:
         return "data not recorded", True
     short = target.rsplit(".", 1)[-1]
-    name, comparable = DATASETS.get(short, (short, False))
+    facts = data_facts(short)  # the data module's own display_name and paper_data (data/catalog.py)
+    name, comparable = (facts.display_name, facts.paper_data) if facts else (short, False)
     if short == "SyntheticShapesDataModule":  # its size is a setting: runs of other sizes are another table
         sizes = [f"{value:,} {what}" for key, what in (("num_points", "points"), ("num_train", "training clouds"))
                  if isinstance(value := run.get(f"config.data.{key}"), int)]

@@ -100,6 +100,12 @@ class ModelNet40DataModule(DownloadableDataModule, PointCloudDataModule):
         download: download the archive into ``data_dir`` in ``prepare_data`` when files are missing.
     """
 
+    # What reports, tables and config checks know of this data (read from the source by data/catalog.py)
+    config_name = "modelnet40"  # configs/data/<config_name>.yaml
+    display_name = "ModelNet40"
+    paper_data = True  # the paper's numbers were measured on (a subset of) this data
+    tasks = ("PointCloudClassificationTask",)  # the task classes (model._target_) that read it
+
     NUM_CLASSES = MODELNET_NUM_CLASSES
     SOURCE = "modelnet40"
 

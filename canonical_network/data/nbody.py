@@ -366,6 +366,12 @@ class NBodyDataModule(SplitDataModule):
             e.g. for small test datasets; files on disk must have been generated with the same values.
     """
 
+    # What reports, tables and config checks know of this data (read from the source by data/catalog.py)
+    config_name = "nbody"  # configs/data/<config_name>.yaml
+    display_name = "N-body charged particles"
+    paper_data = True  # the paper's numbers were measured on (a subset of) this data
+    tasks = ("NBodyDynamicsTask",)  # the task classes (model._target_) that read it
+
     def __init__(
         self,
         data_dir: str = "data/nbody",

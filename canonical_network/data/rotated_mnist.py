@@ -106,6 +106,12 @@ class RotatedMNIST5kDataModule(ImageDataModule):
             trained backbone with and without ``canonicalization=tta``).
     """
 
+    # What reports, tables and config checks know of this data (read from the source by data/catalog.py)
+    config_name = "rotated_mnist_5k"  # configs/data/<config_name>.yaml
+    display_name = "rotated_mnist_5k (5,000 MNIST digits, ours)"
+    paper_data = True  # the paper's numbers were measured on (a subset of) this data
+    tasks = ("ImageClassificationTask",)  # the task classes (model._target_) that read it
+
     NUM_CLASSES = 10
     PER_CLASS = 500
 
@@ -291,6 +297,12 @@ class RotatedMNISTDataModule(DownloadableDataModule, ImageDataModule):
     With ``download=True`` the archive is downloaded, verified and unpacked into ``data_dir`` when the files
     are missing (:mod:`canonical_network.data.download`).
     """
+
+    # What reports, tables and config checks know of this data (read from the source by data/catalog.py)
+    config_name = "rotated_mnist"  # configs/data/<config_name>.yaml
+    display_name = "MNIST-rot"
+    paper_data = True  # the paper's numbers were measured on (a subset of) this data
+    tasks = ("ImageClassificationTask",)  # the task classes (model._target_) that read it
 
     SOURCE = "rotated_mnist"
     # Rows each file must have; a subclass may set None (no check) to read other .amat files.

@@ -170,6 +170,12 @@ class ShapeNetPartDataModule(DownloadableDataModule, PointCloudDataModule):
         download: download the archive into ``data_dir`` in ``prepare_data`` when files are missing.
     """
 
+    # What reports, tables and config checks know of this data (read from the source by data/catalog.py)
+    config_name = "shapenet_part"  # configs/data/<config_name>.yaml
+    display_name = "ShapeNet-part"
+    paper_data = True  # the paper's numbers were measured on (a subset of) this data
+    tasks = ("PartSegmentationTask",)  # the task classes (model._target_) that read it
+
     SOURCE = "shapenet_part"
     NUM_CATEGORIES = len(SHAPENET_CATEGORIES)
     NUM_PARTS = SHAPENET_NUM_PARTS

@@ -401,6 +401,12 @@ class SyntheticShapesDataModule(PointCloudDataModule):
         batch_size, num_workers, pin_memory: DataLoader arguments.
     """
 
+    # What reports, tables and config checks know of this data (read from the source by data/catalog.py)
+    config_name = "synthetic_shapes"  # configs/data/<config_name>.yaml
+    display_name = "synthetic_shapes (not the paper's data)"
+    paper_data = False  # the paper's numbers were measured on (a subset of) this data
+    tasks = ("PointCloudClassificationTask", "PartSegmentationTask")  # the task classes (model._target_) that read it
+
     NUM_CATEGORIES = len(SYNTHETIC_CATEGORIES)
     NUM_PARTS = SYNTHETIC_NUM_PARTS
     CATEGORY_PARTS = SYNTHETIC_CATEGORY_PARTS

@@ -161,6 +161,12 @@ class TorchvisionImageDataModule(ImageDataModule):
 class CIFAR10DataModule(TorchvisionImageDataModule):
     """CIFAR-10 (50,000 training, 10,000 test images of 32 × 32, 10 classes) via ``torchvision.datasets.CIFAR10``."""
 
+    # What reports, tables and config checks know of this data (read from the source by data/catalog.py)
+    config_name = "cifar10"  # configs/data/<config_name>.yaml
+    display_name = "CIFAR-10"
+    paper_data = True  # the paper's numbers were measured on (a subset of) this data (Mondal et al. 2023)
+    tasks = ("ImageClassificationTask",)  # the task classes (model._target_) that read it
+
     NAME, FOLDER, SIDE = "CIFAR-10", "cifar-10-batches-py", 32
 
     def _read(self, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,6 +181,12 @@ class STL10DataModule(TorchvisionImageDataModule):
     """STL-10's labelled images (5,000 training, 8,000 test images of 96 × 96, 10 classes) via
     ``torchvision.datasets.STL10`` (splits ``train`` and ``test``; the unlabelled images are not used, but
     torchvision checks that their file is there)."""
+
+    # What reports, tables and config checks know of this data (read from the source by data/catalog.py)
+    config_name = "stl10"  # configs/data/<config_name>.yaml
+    display_name = "STL-10"
+    paper_data = True  # the paper's numbers were measured on (a subset of) this data (Mondal et al. 2023)
+    tasks = ("ImageClassificationTask",)  # the task classes (model._target_) that read it
 
     NAME, FOLDER, SIDE = "STL-10", "stl10_binary", 96
 

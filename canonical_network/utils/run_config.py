@@ -13,23 +13,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from canonical_network.data.catalog import data_facts, data_for_task
 from canonical_network.utils.checkpoints import load_checkpoint, stored_run_config
 from canonical_network.utils.checks import ConfigError, check_int, check_number, check_positive
-
-# Which data modules each task reads (by class name): a mismatch fails in a batch unpacking deep inside
-# Lightning, so it is caught here instead, naming both config groups.
-TASK_DATA = {
-    "ImageClassificationTask": ("RotatedMNISTDataModule", "RotatedMNIST5kDataModule", "CIFAR10DataModule",
-                                "STL10DataModule"),
-    "NBodyDynamicsTask": ("NBodyDataModule",),
-    "PointCloudClassificationTask": ("ModelNet40DataModule", "SyntheticShapesDataModule"),
-    "PartSegmentationTask": ("ShapeNetPartDataModule", "SyntheticShapesDataModule"),
-}
-DATA_OPTIONS = {
-    "RotatedMNISTDataModule": "rotated_mnist", "RotatedMNIST5kDataModule": "rotated_mnist_5k",
-    "NBodyDataModule": "nbody", "ModelNet40DataModule": "modelnet40", "ShapeNetPartDataModule": "shapenet_part",
-    "SyntheticShapesDataModule": "synthetic_shapes", "CIFAR10DataModule": "cifar10", "STL10DataModule": "stl10",
-}
 
 
 def _short(target: Any) -> str:
@@ -71,10 +57,12 @@ def validate_run_config(cfg: Any) -> None:
     _config_check(check_positive, "model.canonicalizer_lr", cfg.model.get("canonicalizer_lr"), optional=True)
 
     task, data = _short(cfg.model.get("_target_")), _short(cfg.data.get("_target_"))
-    if task in TASK_DATA and data not in TASK_DATA[task]:
-        valid = ", ".join(DATA_OPTIONS.get(d, d) for d in TASK_DATA[task])
+    served = data_for_task(task)  # a mismatch fails in a batch unpacking deep inside Lightning: caught here
+    if served and data not in [facts.class_name for facts in served]:
+        valid = ", ".join(facts.config_name for facts in served)
+        option = facts.config_name if (facts := data_facts(data)) else data
         raise ConfigError(
-            f"data={DATA_OPTIONS.get(data, data)} ({data}) does not fit the model's task {task} "
+            f"data={option} ({data}) does not fit the model's task {task} "
             f"(experiment={cfg.get('experiment_name')}); data options for it: {valid}"
         )
     canonicalization = cfg.get("canonicalization") or {}
@@ -137,8 +125,9 @@ def _check_pretrained_source(checkpoint: str, data: str) -> None:
     if source_config is None:
         return
     source = _short((source_config.get("data") or {}).get("_target_"))
-    families = [set(v) for v in TASK_DATA.values() if data in v]
-    if source and families and not any(source in f for f in families):
+    tasks = set(facts.tasks) if (facts := data_facts(data)) else set()
+    source_tasks = set(facts.tasks) if (facts := data_facts(source)) else set()
+    if source and tasks and not tasks & source_tasks:  # the source's data serves none of this data's tasks
         raise ConfigError(
             f"canonicalization.checkpoint={checkpoint!r} comes from a run on {source}, not on data like "
             f"this run's {data}: use the checkpoint of a canonicalizer trained on the same kind of data"
