@@ -31,6 +31,7 @@ from typing import Any, TypedDict
 
 from canonical_network.data.catalog import data_facts
 from canonical_network.utils.config import PROJECT_ROOT
+from canonical_network.utils.files import atomic_write_text
 
 RESULTS_FILE = "results.json"
 #: ``status`` of a record: a training run that finished, one that failed, an evaluation of a checkpoint
@@ -138,15 +139,7 @@ def record_path(results: dict, key: str) -> Path | None:
 
 def write_results(run_dir: Path | str, results: RunResults) -> Path:
     """Write ``<run_dir>/results.json`` atomically (a reader never sees half a file); returns its path."""
-    path = Path(run_dir) / RESULTS_FILE
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(results, indent=2))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(Path(run_dir) / RESULTS_FILE, json.dumps(results, indent=2))
 
 
 #: Sub-folder of a run folder holding the record of every failed attempt (``<UTC time>_failed.json``): a failure

@@ -25,16 +25,16 @@ thousands of text files may be deleted once parsed); callers decide whether miss
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from canonical_network.utils.files import file_sha256, temporary_path
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +43,6 @@ RECORD_VERSION = 1
 # A file changed less than this long ago may change again without changing its stat (see _fingerprint).
 _RACY_NS = 2 * 10**9
 _RECORD = "__cache_record__"
-_CHUNK = 1 << 20
-
-
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _stat_key(stat: os.stat_result) -> list[int]:
@@ -188,7 +178,7 @@ class SourceCache:
         except FileNotFoundError as e:
             log.warning("not caching %s: source %s is missing", self.what, e.filename)
             return False
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp = temporary_path(self.path)
         try:
             with open(tmp, "xb") as f:
                 record_bytes = np.frombuffer(json.dumps(record).encode(), dtype=np.uint8)

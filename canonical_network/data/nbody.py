@@ -17,10 +17,8 @@ corrupted files and files made with other parameters.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
-import os
 import platform
 import time
 from collections.abc import Callable
@@ -34,6 +32,7 @@ from torch.utils.data import TensorDataset
 from canonical_network.data.base import SplitDataModule
 from canonical_network.data.nbody_sim import ChargedSimConfig, draw_initial_conditions, resolve_dot, simulate
 from canonical_network.utils.checks import check_choice
+from canonical_network.utils.files import atomic_write, atomic_write_text, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -172,20 +171,9 @@ def get_dataset_spec(name: str, **overrides) -> NBodyDatasetSpec:
     return dataclasses.replace(spec, **overrides)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _save_atomic(path: Path, array: np.ndarray) -> None:
     """Write via a temporary name so an interrupted run never leaves a plausible-looking partial file."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, array)
-    os.replace(tmp, path)
+    atomic_write(path, lambda stream: np.save(stream, array))
 
 
 def generate_nbody_dataset(
@@ -236,7 +224,7 @@ def generate_nbody_dataset(
                 data = getattr(traj, array)
                 _save_atomic(out / name, data)
                 files[name] = {
-                    "sha256": _sha256(out / name),
+                    "sha256": file_sha256(out / name),
                     "shape": list(data.shape),
                     "dtype": str(data.dtype),
                 }
@@ -257,9 +245,7 @@ def generate_nbody_dataset(
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "files": files,
     }
-    tmp = manifest_path.with_name(manifest_path.name + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, manifest_path)
+    atomic_write_text(manifest_path, json.dumps(manifest, indent=2) + "\n")
     return manifest_path
 
 
@@ -321,7 +307,7 @@ def verify_nbody_files(data_dir: str | Path, spec: NBodyDatasetSpec) -> bool:
                 entry = recorded_files.get(name)
                 if entry is None:
                     problems.append(f"{path}: not listed in the manifest")
-                elif _sha256(path) != entry.get("sha256"):
+                elif file_sha256(path) != entry.get("sha256"):
                     problems.append(f"{path}: sha256 differs from the manifest (file corrupted or replaced)")
     if problems:
         extra = (

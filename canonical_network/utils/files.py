@@ -1,0 +1,54 @@
+"""One home for the file helpers several modules need: content hashes and atomic writes.
+
+An atomic write goes to a uniquely named temporary file in the target's folder, which is renamed over the
+target (``os.replace``, atomic within a file system): a reader sees the old file or the new one, never half a
+file, and an interrupted writer leaves no plausible-looking partial file (its temporary file is removed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+_CHUNK = 1 << 20
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def temporary_path(path: Path) -> Path:
+    """A unique hidden name beside ``path`` for writing it atomically."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object], *, fsync: bool = False) -> Path:
+    """``write(stream)`` into ``path`` atomically (see the module docstring); ``fsync`` also flushes the bytes
+    to disk before the rename. Returns ``path``."""
+    path = Path(path)
+    tmp = temporary_path(path)
+    try:
+        with open(tmp, "xb") as stream:
+            write(stream)
+            if fsync:
+                stream.flush()
+                os.fsync(stream.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """``Path(path).write_text(text)`` (UTF-8), atomically."""
+    return atomic_write(path, lambda stream: stream.write(text.encode("utf-8")))
