@@ -1,1 +1,104 @@
-"""canonical_network."""
+"""canonical_network: learned canonicalization (Kaba et al., ICML 2023) as a Python API and a Hydra project.
+
+Without Hydra (docs/api.md)::
+
+    import canonical_network as cn
+    canonicalizer = cn.GCNNCanonicalizer(num_rotations=4, in_channels=1, image_size=28)
+    model = cn.CanonicalizedModel(canonicalizer, my_backbone)
+    cn.check_equivariance(model.eval(), images)
+
+Every canonicalizer takes the keys of its ``configs/canonicalization/<name>.yaml`` as keyword arguments, with
+the same names and defaults. The names below are imported on first use (module ``__getattr__``), so
+``import canonical_network`` stays cheap and imports neither torch nor escnn.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: exported name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    # h, f and the composition φ(x) = h'(x) · f(h(x)⁻¹ · x)
+    "Canonicalizer": "canonical_network.canonicalization.base",
+    "CanonicalizedModel": "canonical_network.canonicalization.base",
+    "IdentityCanonicalizer": "canonical_network.canonicalization.identity",
+    "GCNNCanonicalizer": "canonical_network.canonicalization.image",
+    "PCACanonicalizer": "canonical_network.canonicalization.image",
+    "OptimizationCanonicalizer": "canonical_network.canonicalization.image_optimization",
+    "TestTimeCanonicalizer": "canonical_network.canonicalization.test_time",
+    "VNDeepSetsCanonicalizer": "canonical_network.canonicalization.nbody",
+    "VNPointCloudCanonicalizer": "canonical_network.canonicalization.pointcloud",
+    "canonicalizer_from_checkpoint": "canonical_network.canonicalization.pretrained",
+    # group elements, their samplers and Gram–Schmidt
+    "GroupElement": "canonical_network.groups",
+    "PlanarElement": "canonical_network.groups.image",
+    "EuclideanTransform": "canonical_network.groups.euclidean",
+    "random_rotations": "canonical_network.groups.euclidean",
+    "random_orthogonal": "canonical_network.groups.euclidean",
+    "random_axis_rotations": "canonical_network.groups.euclidean",
+    "random_euclidean": "canonical_network.groups.euclidean",
+    "gram_schmidt": "canonical_network.groups.euclidean",
+    # the equivariance check
+    "check_equivariance": "canonical_network.equivariance",
+    "EquivarianceResult": "canonical_network.equivariance",
+}
+#: exported names that differ from the name in their module
+_RENAMED = {"canonicalizer_from_checkpoint": "from_checkpoint"}
+
+__all__ = [
+    "CanonicalizedModel",
+    "Canonicalizer",
+    "EquivarianceResult",
+    "EuclideanTransform",
+    "GCNNCanonicalizer",
+    "GroupElement",
+    "IdentityCanonicalizer",
+    "OptimizationCanonicalizer",
+    "PCACanonicalizer",
+    "PlanarElement",
+    "TestTimeCanonicalizer",
+    "VNDeepSetsCanonicalizer",
+    "VNPointCloudCanonicalizer",
+    "canonicalizer_from_checkpoint",
+    "check_equivariance",
+    "gram_schmidt",
+    "random_axis_rotations",
+    "random_euclidean",
+    "random_orthogonal",
+    "random_rotations",
+]
+
+if TYPE_CHECKING:  # what static tools see; at run time the names are resolved by __getattr__
+    from canonical_network.canonicalization.base import CanonicalizedModel, Canonicalizer
+    from canonical_network.canonicalization.identity import IdentityCanonicalizer
+    from canonical_network.canonicalization.image import GCNNCanonicalizer, PCACanonicalizer
+    from canonical_network.canonicalization.image_optimization import OptimizationCanonicalizer
+    from canonical_network.canonicalization.nbody import VNDeepSetsCanonicalizer
+    from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
+    from canonical_network.canonicalization.pretrained import from_checkpoint as canonicalizer_from_checkpoint
+    from canonical_network.canonicalization.test_time import TestTimeCanonicalizer
+    from canonical_network.equivariance import EquivarianceResult, check_equivariance
+    from canonical_network.groups import GroupElement
+    from canonical_network.groups.euclidean import (
+        EuclideanTransform,
+        gram_schmidt,
+        random_axis_rotations,
+        random_euclidean,
+        random_orthogonal,
+        random_rotations,
+    )
+    from canonical_network.groups.image import PlanarElement
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'canonical_network' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    globals()[name] = value  # resolved once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

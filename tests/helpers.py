@@ -28,6 +28,7 @@ magnitude (each such test also checks a non-equivariant control against the same
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import hydra
@@ -220,3 +221,34 @@ def clear_argmax(scores: torch.Tensor, factor: float) -> torch.Tensor:
     top = scores.detach().topk(2, dim=-1).values
     gap = top[..., 0] - top[..., 1]
     return gap > factor * torch.finfo(scores.dtype).eps * scores.detach().abs().amax(dim=-1)
+
+
+# Markdown examples
+
+#: a fenced block whose info string is exactly ``python`` (``python no-run`` or ``pycon`` blocks are not run)
+_PYTHON_BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def markdown_python_blocks(path: Path | str) -> list[tuple[int, str]]:
+    """``(line, source)`` of every ```` ```python ```` block of a markdown file, in order (``line``: 1-based line
+    of the block's first code line)."""
+    text = Path(path).read_text(encoding="utf-8")
+    return [(text.count("\n", 0, m.start(1)) + 1, m.group(1)) for m in _PYTHON_BLOCK.finditer(text)]
+
+
+def run_markdown_python_blocks(path: Path | str, namespace: dict | None = None) -> dict:
+    """Execute the ```` ```python ```` blocks of a markdown file in order, in one namespace (a later block may use
+    what an earlier one defined, as a reader running them in one session would), and return that namespace.
+
+    A failing block raises with a traceback that names the file and the line in it. Blocks tagged otherwise
+    (```` ```python no-run ````, ```` ```bash ````) are skipped. Fails if the file has no python block, so that
+    a renamed fence does not silently test nothing.
+    """
+    blocks = markdown_python_blocks(path)
+    assert blocks, f"{path} has no ```python block to run"
+    namespace = {"__name__": "__markdown__"} if namespace is None else namespace
+    for line, source in blocks:
+        # blank lines first, so that the code's line numbers are the markdown file's
+        code = compile("\n" * (line - 1) + source, str(path), "exec")
+        exec(code, namespace)  # noqa: S102 - the project's own documentation
+    return namespace

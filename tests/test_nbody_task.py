@@ -16,6 +16,7 @@ import torch
 from lightning import Trainer
 from omegaconf import DictConfig, open_dict
 
+import canonical_network as cn
 from canonical_network.canonicalization.nbody import VNDeepSetsCanonicalizer
 from canonical_network.data.nbody import NBodyDataModule
 from canonical_network.groups.euclidean import EuclideanTransform, random_rotations
@@ -26,7 +27,7 @@ from canonical_network.prediction.frame_averaging import (
 )
 from canonical_network.records import read_results, record_path
 from canonical_network.train import run
-from tests.helpers import EPS32, EXPERIMENTS, compose_config, frame_condition, rel_tol, scale_of, shrink
+from tests.helpers import EPS32, EXPERIMENTS, compose_config, frame_condition, shrink
 from tests.test_fa_gnn import accumulation_length
 from tests.test_fa_gnn import frame_condition as pca_condition
 
@@ -114,21 +115,14 @@ def equivariance_factor(model: torch.nn.Module, loc, vel, charges) -> float:
 
 def equivariance_check(model: torch.nn.Module, frames, dtype: torch.dtype) -> tuple[float, float, float]:
     """``max |model(x Rᵀ + t, v Rᵀ, q) − (model(x, v, q) Rᵀ + t)|`` over the sampled ``(R, t)``, its tolerance
-    ``rel_tol(outputs, factor=equivariance_factor(...))`` in ``dtype``, and the outputs' scale."""
+    ``rel_tol(outputs, factor=equivariance_factor(...))`` in ``dtype`` (the smallest over the elements), and the
+    outputs' scale: ``cn.check_equivariance`` with this family's factor as its ``rtol``."""
     loc, vel, charges = (x.to(dtype) for x in frames)
     factor = equivariance_factor(model, loc, vel, charges)
-    pairs = transformed_pairs(model, loc, vel, charges, sampled_transforms(len(loc), dtype))
-    errors = [(a - b).abs().max().item() for a, b in pairs]
-    tols = [rel_tol(a, b, factor=factor) for a, b in pairs]
-    return max(errors), min(tols), max(scale_of(a, b) for a, b in pairs)
-
-
-def transformed_pairs(model: torch.nn.Module, loc, vel, charges, transforms) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``(model(g·x), g·model(x))`` for each ``g`` of ``transforms``: equal when the model is equivariant."""
-    with torch.no_grad():
-        out = model(loc, vel, charges)
-        return [(model(g.apply_to_points(loc), g.apply_to_vectors(vel), charges), g.apply_to_points(out))
-                for g in transforms]
+    result = cn.check_equivariance(model, (loc, vel, charges), list(sampled_transforms(len(loc), dtype)),
+                                   output_action="points", rtol=factor * torch.finfo(dtype).eps)
+    return (result.max_abs_error, min(e.tolerance for e in result.elements),
+            max(e.scale for e in result.elements))
 
 
 def test_every_table_row_has_an_experiment():

@@ -78,6 +78,9 @@ class Canonicalizer(nn.Module, metaclass=_AppliesBaseOptions):
       group element alone (the one the forward pass used).
     * ``group_name`` names the group in mathematical notation: ``"C4"``, ``"D8"``, ``"SO(2)"``, ``"SO(3)"``,
       ``"O(3)"``, ``"E(3)"``, ``"trivial"``.
+    * equiadapt's names, for a training loop written by hand (docs/api.md): ``x_canonical, g = canonicalizer(x)``
+      (:meth:`forward`), :meth:`invert_canonicalization` and :meth:`add_prior_regularizer`, with the element
+      ``g`` passed explicitly instead of kept in the canonicalizer.
 
     Args:
         freeze: keep the weights at their initial values (the paper's "CN(frozen)" rows). The network is
@@ -130,6 +133,30 @@ class Canonicalizer(nn.Module, metaclass=_AppliesBaseOptions):
     def invert(self, output: torch.Tensor, group_element: GroupElement | None) -> torch.Tensor:
         """Apply h'(x) to the predictor's output. Default: invariant output, returned unchanged."""
         return output
+
+    # --- equiadapt's names, for a training loop written by hand (docs/api.md) -----------------------------
+    # equiadapt keeps the chosen element inside the canonicalizer between calls; here it is returned and
+    # passed back explicitly, so one canonicalizer can serve several batches (or threads) at once.
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor | Inputs, GroupElement | None]:
+        """``x_canonical, g = canonicalizer(x)``: :meth:`canonicalize`, with the canonical inputs shaped as the
+        call: one tensor for one input, a tuple for several (``(loc, vel, q), g = h(loc, vel, q)``)."""
+        canonical, group_element = self.canonicalize(*inputs)
+        if len(inputs) == 1 and isinstance(canonical, tuple) and len(canonical) == 1:
+            return canonical[0], group_element
+        return canonical, group_element
+
+    def invert_canonicalization(self, output: torch.Tensor, group_element: GroupElement | None) -> torch.Tensor:
+        """equiadapt's name for :meth:`invert`: map the predictor's output on the canonical input back by h'(x)
+        (``g`` is the element ``canonicalizer(x)`` returned). The identity for invariant outputs (class logits)."""
+        return self.invert(output, group_element)
+
+    def add_prior_regularizer(self, loss: torch.Tensor, group_element: GroupElement | None) -> torch.Tensor:
+        """``loss + prior_weight · prior(g)`` (equiadapt's name): what the tasks add to their training loss
+        (:meth:`prior`); ``loss`` unchanged when ``prior_weight`` is 0."""
+        if self.prior_weight <= 0:
+            return loss
+        return loss + self.prior_weight * self.prior(group_element).to(loss)
 
     def group_element_index(self, group_element: GroupElement | None) -> torch.Tensor | None:
         """Finite groups: the index of the chosen element per sample, (B,) int64; ``None`` otherwise."""
@@ -223,6 +250,10 @@ class CanonicalizedModel(nn.Module):
         task reads the canonicalization prior and the identity rate from that element)."""
         canonical, group_element = self.canonicalize(*inputs)
         return self.canonicalizer.invert(self.predictor(*canonical), group_element), group_element
+
+    def invert_canonicalization(self, output: torch.Tensor, group_element: Any) -> torch.Tensor:
+        """h'(x) on an output of the predictor (equiadapt's name; :meth:`Canonicalizer.invert`)."""
+        return self.canonicalizer.invert(output, group_element)
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         return self.forward_with_element(*inputs)[0]

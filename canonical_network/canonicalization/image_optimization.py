@@ -167,7 +167,7 @@ class OptimizationCanonicalizer(Canonicalizer):
         step_size: float = 0.1,
         num_starts: int = 8,
         hidden_dims: Sequence[int] = (64, 64),
-        threshold: float = 0.0,
+        threshold: float = 0.1,
         intensity_feature: bool = False,
         energy_scale: float = 2.8,
         min_curvature: float | None = None,
