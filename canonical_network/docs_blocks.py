@@ -1,0 +1,148 @@
+"""Generated blocks of the README and docs: text that comes from the repository, never typed.
+
+    python -m canonical_network.docs_blocks            # rewrite every generated block in place
+    python -m canonical_network.docs_blocks --check    # exit 1 and name the stale blocks (what the tests run)
+
+A block sits between ``<!-- generated:<name> -->`` and ``<!-- /generated:<name> -->`` in a Markdown file;
+:data:`GENERATORS` says what fills it:
+
+* ``config-groups``: the config groups of ``configs/`` and their options, one row per group;
+* ``experiments``: every experiment file, by family;
+* ``paper-rows``: each row of the paper's tables and the experiment that runs it;
+* ``api-example``: the README's plain-PyTorch example, the first Python block of ``docs/api.md``;
+* ``scorecard``: the reproduction report's scorecard (the README's headline, written by ``report --readme``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from canonical_network.utils.config import CONFIG_DIR, PROJECT_ROOT
+
+#: what each config group picks (a new group fails :func:`config_groups` until it is described here)
+GROUP_PURPOSE = {
+    "experiment": "a row of a paper table: `configs/experiment/<family>/<row>.yaml` (only what differs from "
+                  "`train.yaml`)",
+    "data": "the LightningDataModule (`data`) and the data's facts (`data_info`: task, `num_classes`, "
+            "`image_size`, ...) that the other groups read as `${data_info.<key>}`",
+    "canonicalization": "h, the canonicalizer; `canonicalization.freeze=true` freezes any of them at "
+                        "initialisation, `canonicalization.prior_weight=<w>` adds the canonicalization prior",
+    "prediction": "f, the backbone (any `nn.Module` taking the task's inputs)",
+    "model": "the LightningModule: loss, metrics, optimiser (`model/recipe`: optimiser and schedule presets)",
+    "trainer": "the Lightning Trainer (`default` picks the device)",
+    "logger": "loggers (`wandb` writes CSV beside it)",
+    "callbacks": "checkpointing, early stopping, divergence monitor, canonicalized-image figures",
+    "debug": "small budgets for smoke tests",
+    "sweep": "a Hydra multirun over the rows (and seeds) of one table",
+    "paths": "where data and outputs go",
+    "hydra": "Hydra's run folders and launchers (`hydra/launcher`: local, bounded local, Slurm)",
+    "local": "your own machine's overrides (git-ignored yaml files)",
+}
+
+
+def _options(group: Path) -> list[str]:
+    return sorted(str(p.relative_to(group).with_suffix("")) for p in group.rglob("*.yaml"))
+
+
+def config_groups(config_dir: Path = CONFIG_DIR) -> list[str]:
+    groups = sorted(p for p in config_dir.iterdir() if p.is_dir())
+    undescribed = [g.name for g in groups if g.name not in GROUP_PURPOSE]
+    if undescribed:
+        raise ValueError(f"config group(s) {', '.join(undescribed)} have no entry in GROUP_PURPOSE "
+                         f"({__name__}): say what each picks")
+    lines = ["| group | options | what it picks |", "|---|---|---|"]
+    for group in groups:
+        options = _options(group)
+        if group.name == "experiment":
+            families = sorted({o.split("/")[0] for o in options})
+            shown = ", ".join(f"`{f}/…` ({sum(o.startswith(f + '/') for o in options)})" for f in families)
+        else:
+            shown = ", ".join(f"`{o}`" for o in options) or "(none committed)"
+        lines.append(f"| `{group.name}` | {shown} | {GROUP_PURPOSE[group.name]} |")
+    return lines
+
+
+def experiments(config_dir: Path = CONFIG_DIR) -> list[str]:
+    options = _options(config_dir / "experiment")
+    lines = ["| family | experiments |", "|---|---|"]
+    for family in sorted({o.split("/")[0] for o in options}):
+        rows = [o.split("/", 1)[1] for o in options if o.startswith(family + "/")]
+        lines.append(f"| `{family}` | " + ", ".join(f"`{r}`" for r in rows) + " |")
+    return lines
+
+
+def paper_rows() -> list[str]:
+    """Each row of the paper's tables (``paper_results.json``) and the experiment that runs it."""
+    from canonical_network.tables import paper_tables
+
+    lines = ["| table | row | experiment |", "|---|---|---|"]
+    seen = set()
+    for spec in paper_tables().values():
+        title = spec["title"].split(":")[0]
+        key = (title, tuple(row["name"] for row in spec["rows"]))
+        if key in seen:  # one table's rows under several metrics (the adapt tables)
+            continue
+        seen.add(key)
+        for i, row in enumerate(spec["rows"]):
+            runs = row.get("experiment") or " ".join(f"{k.removeprefix('config.')}={v}"
+                                                     for k, v in (row.get("match") or {}).items())
+            lines.append(f"| {title if i == 0 else ''} | {row['name']} | `{runs}` |")
+    return lines
+
+
+def api_example() -> list[str]:
+    """The first Python block of ``docs/api.md`` (the README shows it; the tests run both)."""
+    text = (PROJECT_ROOT / "docs" / "api.md").read_text()
+    match = re.search(r"```python\n.*?```", text, re.S)
+    if match is None:
+        raise ValueError("docs/api.md has no ```python block for the README's example")
+    return match[0].splitlines()
+
+
+GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups, "experiments": experiments,
+                                                   "paper-rows": paper_rows, "api-example": api_example}
+
+BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
+
+
+def render(text: str) -> str:
+    """``text`` with every generated block refilled (blocks whose generator this module does not own, such as
+    the README's scorecard, are left as they are)."""
+    def fill(match: re.Match) -> str:
+        name = match["name"]
+        if name not in GENERATORS:
+            return match[0]
+        return match[1] + "\n".join(GENERATORS[name]()) + "\n" + match[4]
+
+    return BLOCK.sub(fill, text)
+
+
+def documents(root: Path = PROJECT_ROOT) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="only say which blocks are stale (exit 1 if any)")
+    args = parser.parse_args(argv)
+    stale = []
+    for path in documents():
+        text = path.read_text()
+        new = render(text)
+        if new != text:
+            stale.append(path)
+            if not args.check:
+                path.write_text(new)
+    if args.check and stale:
+        print("stale generated blocks in " + ", ".join(str(p.relative_to(PROJECT_ROOT)) for p in stale)
+              + ": run python -m canonical_network.docs_blocks", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

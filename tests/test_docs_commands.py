@@ -1,0 +1,175 @@
+"""Every command block of the README and docs/ is checked or says what it needs.
+
+A ```bash block is preceded by a marker comment:
+
+* ``<!-- commands: checked -->``: each command in it is checked here, without running it: ``make`` targets
+  exist; ``python -m canonical_network.<module>`` modules exist, and for ``train`` / ``evaluate`` /
+  ``diagnose`` the overrides compose into a config (a wrong group, option or key fails, as it would for a user);
+  ``scripts/*.py`` exist and ``scripts/reproduce.sh`` knows the stage; ``cn-*`` entry points are declared.
+* ``<!-- commands: needs <what> -->``: it needs what a test machine does not have (a finished run's
+  checkpoint, downloaded data, a GPU, a Slurm cluster, hours), and says so to the reader as well.
+
+The generated blocks (config groups, experiments, the paper's rows, the README's example) are checked to be
+what their generators write now.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from canonical_network import docs_blocks
+from canonical_network.utils.config import PROJECT_ROOT, compose_experiment
+
+DOCUMENTS = docs_blocks.documents()
+MARKER = re.compile(r"<!-- commands: (checked|needs [^>]+) -->")
+BLOCK = re.compile(r"```bash\n(.*?)```", re.S)
+CONFIG_OF = {"train": "train", "evaluate": "evaluate", "diagnose": "diagnose"}
+
+
+def bash_blocks(path: Path) -> list[tuple[str | None, str, int]]:
+    """``(marker, body, line)`` of each ```bash block of ``path`` (marker None when missing)."""
+    text = path.read_text()
+    blocks = []
+    for match in BLOCK.finditer(text):
+        before = text[:match.start()].rstrip("\n").splitlines()[-2:]
+        marker = next((m[1] for line in reversed(before) if (m := MARKER.search(line))), None)
+        blocks.append((marker, match[1], text[:match.start()].count("\n") + 1))
+    return blocks
+
+
+def commands(body: str) -> list[list[str]]:
+    """The commands of a block: comments dropped, ``\\`` continuations joined, ``&`` and ``;`` split,
+    environment assignments in front of a command dropped."""
+    joined = re.sub(r"\\\n\s*", " ", body)
+    found = []
+    for line in joined.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        for part in re.split(r"\s*(?:&&|;|&)\s*", line):
+            words = shlex.split(part) if part else []
+            while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+                words = words[1:]
+            if words:
+                found.append(words)
+    return found
+
+
+def _makefile_targets() -> set[str]:
+    return set(re.findall(r"^([a-z][\w-]*):", (PROJECT_ROOT / "Makefile").read_text(), re.M))
+
+
+def _reproduce_stages() -> set[str]:
+    text = (PROJECT_ROOT / "scripts" / "reproduce.sh").read_text()
+    return set(re.findall(r"^  ([a-z0-9-]+)\)", text, re.M))
+
+
+def _entry_points() -> set[str]:
+    text = (PROJECT_ROOT / "pyproject.toml").read_text()
+    section = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+    return set(re.findall(r"^([\w-]+)\s*=", section, re.M))
+
+
+def check_command(words: list[str]) -> None:
+    head = words[0]
+    if head in ("source", "export", "eval", "cd", "wandb", "pip"):
+        return
+    if head == "make":
+        missing = [t for t in words[1:] if "=" not in t and t not in _makefile_targets()]
+        assert not missing, f"make target(s) {missing} not in the Makefile"
+        return
+    if head == "scripts/reproduce.sh":
+        assert words[1] in _reproduce_stages(), f"scripts/reproduce.sh has no stage {words[1]!r}"
+        return
+    if head == "scripts/local_slurm.sh":
+        assert (PROJECT_ROOT / head).is_file()
+        return
+    if head.startswith("cn-"):
+        assert head in _entry_points(), f"{head} is not an entry point of pyproject.toml"
+        words = ["python", "-m", f"canonical_network.{ {'cn-train': 'train', 'cn-evaluate': 'evaluate', 'cn-diagnose': 'diagnose', 'cn-download': 'data.download'}[head]}", *words[1:]]
+    if words[0] == "python" and words[1] == "-m":
+        module = words[2]
+        assert importlib.util.find_spec(module) is not None, f"no module {module}"
+        name = module.removeprefix("canonical_network.")
+        if name in CONFIG_OF:
+            compose_command(name, words[3:])
+        return
+    if words[0] == "python" and words[1].startswith("scripts/"):
+        assert (PROJECT_ROOT / words[1]).is_file(), f"{words[1]} does not exist"
+        return
+    raise AssertionError(f"a checked block holds a command this test does not know how to check: {words}")
+
+
+def _first_of_sweep(value: str) -> str:
+    """The first value of a multirun's ``a,b,c`` (a list in brackets is one value)."""
+    return value if value.startswith("[") else value.split(",", 1)[0]
+
+
+def compose_command(name: str, arguments: list[str]) -> None:
+    """Compose what ``python -m canonical_network.<name> <arguments>`` would run (a multirun: its first job).
+    ``evaluate`` composes over the run config of a checkpoint of the experiment ``ckpt_path``'s run would
+    have: ``rotmnist/cnn``'s, registered as ``evaluate`` registers a checkpoint's."""
+    overrides = []
+    for word in arguments:
+        if word in ("-m", "--multirun") or word.lstrip("+~").startswith("hydra."):
+            continue
+        key, sep, value = word.partition("=")
+        overrides.append(f"{key}{sep}{_first_of_sweep(value)}" if sep else word)
+    if name == "evaluate":
+        from omegaconf import OmegaConf
+
+        from canonical_network.evaluate import register_run_config
+
+        stored = OmegaConf.to_container(compose_experiment(["experiment=rotmnist/cnn"]), resolve=False)
+        register_run_config({k: v for k, v in stored.items() if k != "hydra"})
+    compose_experiment(overrides, config_name=CONFIG_OF[name])
+
+
+BLOCKS = [(path, marker, body, line) for path in DOCUMENTS for marker, body, line in bash_blocks(path)]
+
+
+@pytest.mark.parametrize(("path", "marker", "body", "line"), BLOCKS,
+                         ids=[f"{p.relative_to(PROJECT_ROOT)}:{line}" for p, _, _, line in BLOCKS])
+def test_every_command_block_is_checked_or_says_what_it_needs(path, marker, body, line):
+    assert marker is not None, (f"{path.relative_to(PROJECT_ROOT)}:{line}: a ```bash block without "
+                                "<!-- commands: checked --> or <!-- commands: needs <what> --> before it")
+    if marker != "checked":
+        return
+    assert "<" not in body.replace("<<", ""), "a checked block has a placeholder: mark it 'needs' instead"
+    for words in commands(body):
+        check_command(words)
+
+
+def test_the_generated_blocks_are_current():
+    stale = [p.relative_to(PROJECT_ROOT) for p in DOCUMENTS if docs_blocks.render(p.read_text()) != p.read_text()]
+    assert not stale, f"stale generated blocks in {stale}: python -m canonical_network.docs_blocks"
+
+
+def test_a_wrong_override_in_a_checked_block_fails():
+    """The check is real: a misspelt option fails to compose, as it would for a user."""
+    with pytest.raises(Exception, match="rotmnist/cn_p5"):
+        check_command(["python", "-m", "canonical_network.train", "experiment=rotmnist/cn_p5"])
+    with pytest.raises(AssertionError, match="no stage 'tabel1'"):
+        check_command(["scripts/reproduce.sh", "tabel1"])
+    assert commands("A=1 python -m x a \\\n  b  # c\nmake test & make lint\n") == [
+        ["python", "-m", "x", "a", "b"], ["make", "test"], ["make", "lint"]]
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("page", ["README.md", "docs/extending.md"])
+def test_the_python_examples_run_as_written(page):
+    """The README's plain-PyTorch example (docs/api.md's first block) and the worked examples of extending.md."""
+    from tests.helpers import run_markdown_python_blocks
+
+    namespace = run_markdown_python_blocks(PROJECT_ROOT / page)
+    if page == "README.md":
+        assert namespace["result"].passed
+
+
+def test_the_readme_fits_on_a_few_screens():
+    assert len((PROJECT_ROOT / "README.md").read_text().splitlines()) <= 250
