@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "TestTimeCanonicalizer": "canonical_network.canonicalization.test_time",
     "VNDeepSetsCanonicalizer": "canonical_network.canonicalization.nbody",
     "VNPointCloudCanonicalizer": "canonical_network.canonicalization.pointcloud",
+    "PermutationCanonicalizer": "canonical_network.canonicalization.permutation",
     "canonicalizer_from_checkpoint": "canonical_network.canonicalization.pretrained",
     # group elements, their samplers and Gram–Schmidt
     "GroupElement": "canonical_network.groups",
@@ -38,6 +39,8 @@ _EXPORTS: dict[str, str] = {
     "random_orthogonal": "canonical_network.groups.euclidean",
     "random_axis_rotations": "canonical_network.groups.euclidean",
     "random_euclidean": "canonical_network.groups.euclidean",
+    "PermutationElement": "canonical_network.groups.permutation",
+    "random_permutations": "canonical_network.groups.permutation",
     "gram_schmidt": "canonical_network.groups.euclidean",
     # the equivariance check
     "check_equivariance": "canonical_network.equivariance",
@@ -56,6 +59,8 @@ __all__ = [
     "IdentityCanonicalizer",
     "OptimizationCanonicalizer",
     "PCACanonicalizer",
+    "PermutationCanonicalizer",
+    "PermutationElement",
     "PlanarElement",
     "TestTimeCanonicalizer",
     "VNDeepSetsCanonicalizer",
@@ -66,6 +71,7 @@ __all__ = [
     "random_axis_rotations",
     "random_euclidean",
     "random_orthogonal",
+    "random_permutations",
     "random_rotations",
 ]
 
@@ -75,6 +81,7 @@ if TYPE_CHECKING:  # what static tools see; at run time the names are resolved b
     from canonical_network.canonicalization.image import GCNNCanonicalizer, PCACanonicalizer
     from canonical_network.canonicalization.image_optimization import OptimizationCanonicalizer
     from canonical_network.canonicalization.nbody import VNDeepSetsCanonicalizer
+    from canonical_network.canonicalization.permutation import PermutationCanonicalizer
     from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
     from canonical_network.canonicalization.pretrained import from_checkpoint as canonicalizer_from_checkpoint
     from canonical_network.canonicalization.test_time import TestTimeCanonicalizer
@@ -89,6 +96,7 @@ if TYPE_CHECKING:  # what static tools see; at run time the names are resolved b
         random_rotations,
     )
     from canonical_network.groups.image import PlanarElement
+    from canonical_network.groups.permutation import PermutationElement, random_permutations
 
 
 def __getattr__(name: str) -> Any:

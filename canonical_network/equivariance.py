@@ -43,10 +43,13 @@ from canonical_network.groups.image import (
     group_elements,
     planar_group,
 )
+from canonical_network.groups.permutation import PermutationElement, permute, random_permutations
 
 #: the actions :func:`check_equivariance` knows by name, for inputs (``input_actions``) and outputs
 #: (``output_action``); a callable ``(g, x) -> g·x`` is accepted wherever a name is
-ACTIONS = ("invariant", "image", "points", "vectors")
+ACTIONS = ("invariant", "image", "points", "vectors", "elements")
+#: the symmetric group by name: permutations of dim 1 of the inputs (``(B, n, ...)``)
+PERMUTATIONS = "S_n"
 #: continuous groups by name → (rotation sampler, whether translations are sampled too)
 CONTINUOUS_3D: dict[str, tuple[Callable[..., torch.Tensor], bool]] = {
     "SO(3)": (random_rotations, False),
@@ -64,7 +67,7 @@ MEANINGFUL_RTOL = 1e-2
 CONTINUOUS_CONDITIONING = 2.0**7
 
 Action = str | Callable[[Any, torch.Tensor], torch.Tensor]
-Element = PlanarElement | EuclideanTransform
+Element = PlanarElement | EuclideanTransform | PermutationElement
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -225,6 +228,11 @@ def _from_name(name: str, batch: int, points: torch.Tensor | None, num_samples: 
     name = _canonical_name(name)
     if name == "trivial":
         return [_Sampled("identity", grid=(0.0, False))]
+    if name in (PERMUTATIONS, "Sn"):
+        if points is None or points.dim() < 2:
+            raise ValueError("check_equivariance: S_n permutes dim 1 of (B, n, ...) inputs")
+        return [_Sampled(f"S_n #{j + 1}", element=PermutationElement(
+            random_permutations(batch, points.shape[1], generator).to(device))) for j in range(num_samples)]
     finite = planar_group(name)
     if finite is not None:
         return _finite_planar(*finite)
@@ -251,7 +259,7 @@ def _from_name(name: str, batch: int, points: torch.Tensor | None, num_samples: 
             samples.append(_Sampled(f"{name} #{j + 1}", element=g))
         return samples
     raise ValueError(f"check_equivariance: unknown group {name!r}; expected C<N>, D<N>, SO(2), SO(3), O(3), SE(3), "
-                     "E(3), trivial, a list of elements or a sampler")
+                     "E(3), S_n, trivial, a list of elements or a sampler")
 
 
 def _rms_radius(points: torch.Tensor) -> torch.Tensor:
@@ -302,6 +310,8 @@ def _elements(group: Any, model: Any, inputs: tuple[torch.Tensor, ...], num_samp
     batch = inputs[0].shape[0]
     generator = torch.Generator().manual_seed(seed)
     points = inputs[0] if inputs[0].dim() in (2, 3) else None
+    if isinstance(group, str) and _canonical_name(group) in (PERMUTATIONS, "Sn"):
+        points = inputs[0]
     if group is None:
         group = default_group(model)
     if isinstance(group, str):
@@ -342,6 +352,10 @@ def _apply(action: Action, sample: _Sampled, x: torch.Tensor) -> torch.Tensor:
             raise TypeError("check_equivariance: an image moves by a planar element (C_N, D_N, SO(2)), got a 3-D one")
         return act(x, sample.element)
     g = sample.element
+    if isinstance(g, PermutationElement):  # every per-element action permutes dim 1
+        return permute(x, g.perm)
+    if action == "elements":
+        raise TypeError("check_equivariance: the 'elements' action needs a permutation (S_n)")
     if sample.grid is not None or not isinstance(g, EuclideanTransform):
         raise TypeError(f"check_equivariance: the {action!r} action needs a 3-D element (SO(3), O(3), E(3), "
                         "a rotation matrix), got a planar one")
@@ -368,6 +382,13 @@ def default_input_actions(inputs: Sequence[torch.Tensor], planar: bool) -> tuple
         return ("image",) + ("invariant",) * (len(inputs) - 1)
     first = inputs[0].shape
     return ("points",) + tuple("vectors" if x.shape == first else "invariant" for x in inputs[1:])
+
+
+def _permuted_inputs(inputs: Sequence[torch.Tensor]) -> tuple[str, ...]:
+    """Under S_n: every input ``(B, n, ...)`` with the first input's ``n`` is permuted ("elements"), the others
+    are invariant."""
+    n = inputs[0].shape[1]
+    return tuple("elements" if x.dim() >= 2 and x.shape[1] == n else "invariant" for x in inputs)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -501,9 +522,11 @@ def check_equivariance(
     device = inputs[0].device
     group_name, samples = _elements(group, model, inputs, num_samples, seed, dtype, device)
     planar = all(s.grid is not None or isinstance(s.element, PlanarElement) for s in samples)
+    permutations = all(isinstance(s.element, PermutationElement) for s in samples)
     if input_actions is None:
         trivial = group_name == "trivial"
-        input_actions = ("invariant",) * len(inputs) if trivial else default_input_actions(inputs, planar)
+        input_actions = (("invariant",) * len(inputs) if trivial
+                         else _permuted_inputs(inputs) if permutations else default_input_actions(inputs, planar))
     input_actions = tuple(input_actions)
     if len(input_actions) != len(inputs):
         raise ValueError(f"check_equivariance: {len(inputs)} input(s) but {len(input_actions)} input action(s)")
@@ -528,7 +551,8 @@ def check_equivariance(
     notes: list[str] = []
     if rtol is None:
         n = int(terms) if terms is not None else accumulation_length(model, inputs)
-        continuous = any(s.grid is None for s in samples)
+        # permutations reorder the same numbers exactly, as quarter turns do: κ = 1
+        continuous = any(s.grid is None and not isinstance(s.element, PermutationElement) for s in samples)
         kappa = float(conditioning) if conditioning is not None else (CONTINUOUS_CONDITIONING if continuous else 1.0)
         rtol = derived_rtol(out_dtype, n, kappa)
         derivation = (f"rtol = n·κ·eps = {_power(n)} terms × κ {_power(kappa)} × eps({_dtype_name(out_dtype)}) "

@@ -58,6 +58,7 @@ BUILDERS = {
     "vn_deepsets": "VNDeepSetsCanonicalizer",
     "vn_pointcloud": "VNPointCloudCanonicalizer",
     "identity": "IdentityCanonicalizer",
+    "permutation": "PermutationCanonicalizer",
     "pretrained": "canonicalizer_from_checkpoint",
 }
 

@@ -35,7 +35,7 @@ from canonical_network.utils.config import CONFIG_DIR, compose_experiment
 from tests.helpers import MAX_FRAME_CONDITION, assert_knn_stable, clear_argmax, frame_condition
 from tests.test_fa_gnn import frame_condition as pca_condition
 
-GROUP_NAME = re.compile(r"^(trivial|[CD][1-9]\d*|S?O\([23]\)|E\(3\))$")
+GROUP_NAME = re.compile(r"^(trivial|[CD][1-9]\d*|S?O\([23]\)|E\(3\)|S_n)$")
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -75,9 +75,10 @@ CASES = {
     "vn_deepsets": ("nbody/cn_gnn", _nbody, 3),
     "vn_pointcloud": ("modelnet/cn_l_pointnet", _points, 3),
     "tta": ("rotmnist/cnn", _images, 2),
+    "permutation": ("nbody/gnn", _nbody, 5),  # S_n of the 5 particles: (B, 5, 5) permutation matrices
 }
 # overrides a case needs on top of its experiment (one whose experiment picks another canonicalization)
-CASE_OVERRIDES = {"tta": ("canonicalization=tta",)}
+CASE_OVERRIDES = {"tta": ("canonicalization=tta",), "permutation": ("canonicalization=permutation",)}
 # needs a finished run's checkpoint; rebuilds one of the above (tests/test_pretrained*.py)
 NOT_STANDALONE = {"pretrained"}
 
@@ -238,7 +239,7 @@ CONTROL_MARGIN = 1e6
 #: the cases and experiments built with escnn: checked in float32 (above)
 ESCNN = {"gcnn", "rotmnist/gcnn_p4"}
 #: canonicalization yaml -> how ρ(g) acts on its task's output (default: invariant logits)
-OUTPUT_ACTIONS = {"vn_deepsets": "points"}
+OUTPUT_ACTIONS = {"vn_deepsets": "points", "permutation": "elements"}
 
 
 #: rows built by e3nn, which computes its coupling coefficients in torch's default dtype when a layer is built

@@ -1,0 +1,145 @@
+"""The S_n canonicalizer (canonicalization/permutation.py): Sinkhorn's marginals, the hard order, φ = Pᵀ f(P x)
+around a non-equivariant MLP, gradients in every selection mode, eval determinism, freeze and the prior."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import canonical_network as cn
+from canonical_network.canonicalization.permutation import SELECTIONS, sinkhorn, soft_sort_logits
+from canonical_network.groups.permutation import permute
+
+B, N, D = 4, 6, 3
+EPS64 = torch.finfo(torch.float64).eps
+
+
+def _inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(B, N, D, generator=gen, dtype=torch.float64), torch.randn(B, N, 1, generator=gen,
+                                                                                  dtype=torch.float64)
+
+
+def _h(**kwargs) -> cn.PermutationCanonicalizer:
+    torch.manual_seed(0)
+    return cn.PermutationCanonicalizer(in_features=D + 1, **kwargs).double()
+
+
+def _row_error_bound(log_alpha: torch.Tensor, iterations: int) -> torch.Tensor:
+    """Birkhoff–Hopf: a positive matrix contracts Hilbert's projective metric by κ = tanh(Δ/4), Δ = the log
+    of its largest cross ratio α_ik α_jl / (α_jk α_il). After the first row-and-column normalisation the row
+    sums r (mean 1, the columns summing to 1) are within Δ of the all-ones vector in that metric, and each
+    further iteration (two maps by α, αᵀ and reciprocals, which are isometries) multiplies the distance by
+    κ²; so d_k ≤ κ^{2(k−1)} Δ, and max |r_i − 1| ≤ exp(d_k) − 1 (min r ≤ 1 ≤ max r, max/min ≤ e^{d_k})."""
+    c = log_alpha
+    # Δ = max over row pairs (i, l) of the oscillation over columns of c_i· − c_l·
+    diff = c.unsqueeze(-2) - c.unsqueeze(-3)  # (B, i, l, j)
+    delta = (diff.amax(-1) - diff.amin(-1)).amax(dim=(-2, -1))
+    kappa = torch.tanh(delta / 4)
+    return torch.expm1(kappa ** (2 * (iterations - 1)) * delta)
+
+
+@pytest.mark.parametrize(("temperature", "iterations"), [(1.0, 3), (1.0, 30), (0.3, 10), (3.0, 5), (3.0, 30)])
+def test_sinkhorn_is_doubly_stochastic_within_the_derived_bound(temperature, iterations):
+    scores = torch.randn(B, N, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    log_alpha = soft_sort_logits(scores, temperature)
+    s = sinkhorn(log_alpha, iterations)
+    rounding = 4 * N * iterations * EPS64  # each normalisation rounds by ~n·eps
+    assert (s.sum(-2) - 1).abs().max() <= rounding  # columns: normalised last
+    bound = _row_error_bound(log_alpha, iterations)
+    assert ((s.sum(-1) - 1).abs().amax(-1) <= bound + rounding).all()
+    assert (s >= 0).all()
+    if (temperature, iterations) == (3.0, 30):  # a mild cost and enough iterations: the bound itself is small
+        assert bound.max() < 1e-6
+
+
+def test_the_hard_order_sorts_the_scores_and_canonicalize_is_exactly_invariant():
+    h = _h().eval()
+    x, q = _inputs()
+    with torch.no_grad():
+        scores = h.scores(x, q)
+        (cx, cq), g = h.canonicalize(x, q)
+        assert (scores.unsqueeze(-1) - scores.unsqueeze(-2)).abs().add(torch.eye(N)).min() > 1e-6  # distinct
+        assert (scores.gather(1, g.perm).diff(dim=-1) > 0).all()
+        gen = torch.Generator().manual_seed(2)
+        for _ in range(5):
+            sigma = cn.random_permutations(B, N, gen)
+            (px, pq), _ = h.canonicalize(permute(x, sigma), permute(q, sigma))
+            assert torch.equal(px, cx) and torch.equal(pq, cq)  # the same numbers, in the same order
+
+
+class _FlatMLP(nn.Module):
+    """Not permutation-equivariant: an MLP on the flattened (B, n·d) array, per-element outputs (B, n, d)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(N * (D + 1), 64), nn.SiLU(), nn.Linear(64, N * D))
+
+    def forward(self, x, q):
+        return self.net(torch.cat([x, q], dim=-1).flatten(1)).view(x.shape[0], N, D)
+
+
+@pytest.mark.parametrize("selection", SELECTIONS)
+def test_phi_is_permutation_equivariant_around_a_non_equivariant_mlp(selection):
+    torch.manual_seed(1)
+    f = _FlatMLP().double().eval()
+    model = cn.CanonicalizedModel(_h(selection=selection), f).eval()
+    inputs = _inputs()
+    result = cn.check_equivariance(model, inputs, "S_n", output_action="elements")
+    assert result.passed and result.rtol < 1e-9, str(result)
+    control = cn.check_equivariance(f, inputs, "S_n", output_action="elements")
+    worst = max(control.elements, key=lambda e: e.max_abs_error)
+    assert not control.passed and worst.max_abs_error > 1e6 * worst.tolerance, str(control)
+    # invariant outputs pass through
+    pooled = cn.CanonicalizedModel(_h(selection=selection, output="invariant"), lambda x, q: f(x, q).sum(1)).eval()
+    assert cn.check_equivariance(pooled, inputs, "S_n").passed
+
+
+@pytest.mark.parametrize("selection", [*SELECTIONS, "straight_through", "gumbel_sinkhorn"])
+def test_gradients_reach_the_scorer_in_every_selection_mode(selection):
+    torch.manual_seed(1)
+    h = _h(selection=selection).train()
+    model = cn.CanonicalizedModel(h, _FlatMLP().double())
+    x, q = _inputs()
+    model(x, q).square().mean().backward()
+    for name, p in h.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_gumbel_is_stochastic_in_training_and_deterministic_in_eval():
+    h = _h(selection="gumbel", temperature=3.0)
+    x, q = _inputs()
+    with torch.no_grad():
+        h.train()
+        perms = {tuple(h.canonicalize(x, q)[1].perm.flatten().tolist()) for _ in range(10)}
+        assert len(perms) > 1
+        h.eval()
+        (a, _), g1 = h.canonicalize(x, q)
+        (b, _), g2 = h.canonicalize(x, q)
+        assert torch.equal(a, b) and torch.equal(g1.perm, g2.perm)
+        assert torch.equal(g1.perm, h.scores(x, q).argsort(dim=-1))
+
+
+def test_freeze_and_prior_weight():
+    frozen = _h(freeze=True)
+    assert not any(p.requires_grad for p in frozen.parameters()) and frozen.train().training is False
+    h = _h(prior_weight=0.5)
+    assert h.prior_weight == 0.5 and _h().prior_weight == 0.0
+    x, q = _inputs()
+    _, g = h.train().canonicalize(x, q)
+    displaced = (g.perm != torch.arange(N)).sum(-1).double()
+    prior = h.prior(g)
+    assert math.isclose(prior.item(), (2 * displaced / N).mean().item(), rel_tol=1e-12)  # ‖P − I‖²_F / n
+    loss = torch.zeros((), dtype=torch.float64)
+    total = h.add_prior_regularizer(loss, g)
+    assert math.isclose(total.item(), 0.5 * prior.item(), rel_tol=1e-12)
+    total.backward()  # the prior's straight-through gradient reaches the scorer
+    assert h.readout.weight.grad.abs().sum() > 0
+    assert h.is_identity(g, B).tolist() == (displaced == 0).tolist()
+    identity = cn.PermutationElement(torch.arange(N).expand(B, N))
+    assert h.is_identity(identity, B).all() and h.prior(identity).item() == 0.0
+    with pytest.raises(ValueError, match="prior_weight must be a finite number >= 0"):
+        _h(prior_weight=-1.0)
