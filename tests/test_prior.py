@@ -26,6 +26,7 @@ from canonical_network.canonicalization.nbody import VNDeepSetsCanonicalizer
 from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
 from canonical_network.groups.euclidean import EuclideanTransform, axis_rotation
 from canonical_network.groups.image import PlanarElement, act_exact, act_inverse
+from canonical_network.groups.permutation import PermutationElement
 from canonical_network.utils.config import compose_experiment
 from tests.helpers import fit_image_model, rel_tol
 from tests.test_canonicalizer_contract import CASES as CANONICALIZERS
@@ -49,6 +50,9 @@ def _moved(g, quarter_turns: int, logit: float = 50.0):
         index = torch.full((batch,), quarter_turns, dtype=torch.long)
         logits = logit * F.one_hot(index, g.logits.shape[-1]).float()
         return PlanarElement(angle_deg=angle, reflect=torch.zeros(batch), index=index, logits=logits)
+    if isinstance(g, PermutationElement):  # S_n: the cyclic shift by quarter_turns (every element moves)
+        n = g.perm.shape[-1]
+        return PermutationElement((torch.arange(n) + quarter_turns).remainder(n).expand(batch, n).clone())
     rotation = axis_rotation(torch.full((batch,), torch.pi / 2 * quarter_turns), "z")
     return EuclideanTransform(rotation, torch.randn(batch, 3, generator=torch.Generator().manual_seed(0)))
 
@@ -68,7 +72,10 @@ def test_prior_is_zero_at_the_identity_and_positive_away_from_it(name):
     identity, quarter = _moved(g, 0), _moved(g, 1)
     assert h.prior(identity).item() == 0.0 and h.is_identity(identity, batch).all()
     assert not h.is_identity(quarter, batch).any()
-    if g.index is not None:
+    if isinstance(g, PermutationElement):
+        # ‖P − I‖²_F / n of a shift that moves all n elements: 2n entries off by 1, over n
+        assert h.prior(quarter).item() == 2.0
+    elif g.index is not None:
         # cross-entropy toward the identity of logits 50 higher at element 1: log(1 + e^50 + ...) − 0 ≈ 50
         assert h.prior(quarter).item() == pytest.approx(50.0, rel=1e-6)
     else:
