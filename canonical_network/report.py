@@ -1390,8 +1390,7 @@ def _inference_section(benchmarks: Path | None) -> list[str]:
         return []
     from canonical_network.report_inference import render_inference
 
-    lines = render_inference(benchmarks)
-    return lines + [""] if lines else []
+    return render_inference(benchmarks)  # ends with a blank line
 
 
 HEADLINE_START = "<!-- headline:start"

@@ -211,9 +211,8 @@ def _render_record(record: dict[str, Any], name: str, paper: dict[str, Any]) -> 
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     words = "; ".join(f"l. {claim['tex_line']}: \"{claim['text']}\"" for claim in entry.get("claims", []))
-    if words:
-        lines.append(f"The paper's words on it: {words}.")
-    lines += ["", f"Regenerate: `{record['command']}` (both benchmark files: `{STAGE}`).", ""]
+    lines += [(f"The paper's words on it: {words}. " if words else "")
+              + f"Regenerate: `{record['command']}` (both benchmark files: `{STAGE}`).", ""]
     return lines
 
 
