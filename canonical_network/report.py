@@ -199,33 +199,19 @@ def mean_ci(values: list[float]) -> tuple[float, float | None]:
 
 def welch_interval(a: list[float], b: list[float]) -> tuple[float, float | None, float | None]:
     """``mean(a) − mean(b)``, the 95 % Welch interval's half-width and the two-sided p-value (None: n < 2)."""
-    diff = statistics.fmean(a) - statistics.fmean(b)
-    if len(a) < 2 or len(b) < 2:
-        return diff, None, None
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0.0:
-        return diff, 0.0, 0.0 if diff != 0 else 1.0
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    from scipy import stats
-
-    p = float(2 * stats.t.sf(abs(diff) / se, df))
-    return diff, t_quantile(df) * se, p
+    return _interval(*difference_stats(a, b))
 
 
 def paired_interval(a: list[float], b: list[float]) -> tuple[float, float | None, float | None]:
     """Like :func:`welch_interval` for pairs ``(a[i], b[i])``: the mean difference, the 95 % paired-t
     half-width and p-value (None: fewer than 2 pairs)."""
-    diffs = [x - y for x, y in zip(a, b, strict=True)]
-    diff = statistics.fmean(diffs)
-    if len(diffs) < 2:
-        return diff, None, None
-    se = statistics.stdev(diffs) / math.sqrt(len(diffs))
-    if se == 0.0:
-        return diff, 0.0, 0.0 if diff != 0 else 1.0
-    from scipy import stats
+    return _interval(*difference_stats(a, b, paired=True))
 
-    return diff, t_quantile(len(diffs) - 1) * se, float(2 * stats.t.sf(abs(diff) / se, len(diffs) - 1))
+
+def _interval(diff: float, se: float | None, df: float | None) -> tuple[float, float | None, float | None]:
+    if se is None or df is None:
+        return diff, None, None
+    return diff, t_quantile(df) * se if se > 0 else 0.0, _two_sided_p(diff, se, df)
 
 
 def difference_stats(a: list[float], b: list[float], paired: bool = False) -> tuple[float, float | None, float | None]:
@@ -722,7 +708,7 @@ def check_claims(tables: dict, cells_by_table: dict, claims: list[Claim] | None 
                 a_values, b_values = a.values, [claim.b_scale * v for v in b.values]
                 counts, test = f"{len(a.values)}, {len(b.values)}", "Welch"
             diff, se, df = difference_stats(a_values, b_values, paired=claim.paired)
-            half = None if se is None else t_quantile(df) * se if se > 0 else 0.0
+            _, half, p = _interval(diff, se, df)
             interval = f"{diff:+.{digits}f}" + (f" ± {half:.{digits}f}" if half is not None else "")
             if claim.b_scale != 1.0:
                 interval += f" (a − {claim.b_scale:g} b)"
@@ -732,7 +718,6 @@ def check_claims(tables: dict, cells_by_table: dict, claims: list[Claim] | None 
                 test = f"TOST, {test}"
             else:
                 shown_verdict = verdict(claim, diff, half, spec.get("lower_is_better", True))
-                p = None if se is None else _two_sided_p(diff, se, df)
             shown_p = "–" if p is None else f"{p:.2g} ({test})"
             experiments = tuple(dict.fromkeys(str(r.get("experiment")) for c in (a, b) for r in c.runs))
             sides = tuple((_side_name(spec, key), tuple(cell.runs)) for key, cell in ((claim.a, a), (claim.b, b)))
