@@ -10,6 +10,7 @@
 #   scripts/reproduce.sh rotmnist-table6 # Table 6 at the same protocol: 3-layer p8-p32, then 1 and 2 layers, seeds 0-2
 #   scripts/reproduce.sh nbody-long      # CN-GNN, its frozen row, EGNN and GNN at NBODY_LONG (3,000) epochs
 #   scripts/reproduce.sh nbody-paper     # Table 3 at the paper's protocol: 10,000 epochs, best validation, seeds 0-2
+#   scripts/reproduce.sh nbody-quoted    # Radial Field, TFN, SE(3)-Transformer at the nbody stage's 1,000-epoch budget, seed 0 first
 #   scripts/reproduce.sh nbody-gap       # what separates our CN-GNN from the authors' code at 1,000 epochs
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
 #   scripts/reproduce.sh pointclouds-cpu # every row of Table 4 at a CPU budget: 256 points, 1,000 clouds, 5 epochs
@@ -110,6 +111,12 @@ case "${1:-}" in
     # a third seed for the closest claim, CN-GNN < EGNN: at n = 2 the 95 % t-multiplier is 12.7, at n = 3 4.3
     run "" 2 nbody/cn_gnn nbody/egnn -- trainer.max_epochs=1000
     run "" "0 1" nbody/fa_gnn -- trainer.max_epochs="${FA_EPOCHS:-200}" ;;
+  nbody-quoted)  # the rows the paper quotes from the EGNN paper at the nbody stage's budget (1,000 epochs, the
+                 # same early stopping as its rows), beside its Linear/GNN/EGNN/CN-GNN: do they train (beat Linear)?
+                 # One CPU core: Radial Field ~15 min a run, TFN ~2 h, SE(3)-Transformer ~1 day (SE3_EPOCHS caps it)
+    run "" 0 nbody/radial_field nbody/tfn -- trainer.max_epochs=1000
+    run "" "1 2" nbody/radial_field -- trainer.max_epochs=1000
+    run "ep${SE3_EPOCHS:-100}" 0 nbody/se3_transformer -- trainer.max_epochs="${SE3_EPOCHS:-100}" ;;
   nbody-ablations)
     run dropout0 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.dropout=0.0
     run dropout0.2 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.dropout=0.2
