@@ -44,6 +44,7 @@ from canonical_network.groups.image import (
     planar_group,
 )
 from canonical_network.groups.permutation import PermutationElement, permute, random_permutations
+from canonical_network.groups.product import ProductElement
 
 #: the actions :func:`check_equivariance` knows by name, for inputs (``input_actions``) and outputs
 #: (``output_action``); a callable ``(g, x) -> g·x`` is accepted wherever a name is
@@ -67,7 +68,9 @@ MEANINGFUL_RTOL = 1e-2
 CONTINUOUS_CONDITIONING = 2.0**7
 
 Action = str | Callable[[Any, torch.Tensor], torch.Tensor]
-Element = PlanarElement | EuclideanTransform | PermutationElement
+Element = PlanarElement | EuclideanTransform | PermutationElement | ProductElement
+#: a product of a 3-D group with S_n by name ("E(3)×S_n", also written "E(3)xS_n"): pairs of elements
+PRODUCT_SEPARATORS = ("×", "x")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -223,9 +226,24 @@ def default_group(model: Any) -> str:
     return name
 
 
+def _product_factors(name: str) -> tuple[str, str] | None:
+    """``("E(3)", "S_n")`` for ``"E(3)×S_n"`` (or ``"E(3)xS_n"``); ``None`` for a name that is no such product."""
+    for separator in PRODUCT_SEPARATORS:
+        head, found, tail = name.rpartition(separator)
+        if found and _canonical_name(tail) in (PERMUTATIONS, "Sn") and _canonical_name(head) in CONTINUOUS_3D:
+            return _canonical_name(head), PERMUTATIONS
+    return None
+
+
 def _from_name(name: str, batch: int, points: torch.Tensor | None, num_samples: int,
                generator: torch.Generator, dtype: torch.dtype, device: torch.device) -> list[_Sampled]:
     name = _canonical_name(name)
+    factors = _product_factors(name)
+    if factors is not None:  # pairs: a 3-D element and a permutation per sample
+        firsts = _from_name(factors[0], batch, points, num_samples, generator, dtype, device)
+        seconds = _from_name(factors[1], batch, points, num_samples, generator, dtype, device)
+        return [_Sampled(f"{factors[0]}×S_n #{j + 1}", element=ProductElement(a.element, b.element))
+                for j, (a, b) in enumerate(zip(firsts, seconds, strict=True))]
     if name == "trivial":
         return [_Sampled("identity", grid=(0.0, False))]
     if name in (PERMUTATIONS, "Sn"):
@@ -259,7 +277,7 @@ def _from_name(name: str, batch: int, points: torch.Tensor | None, num_samples: 
             samples.append(_Sampled(f"{name} #{j + 1}", element=g))
         return samples
     raise ValueError(f"check_equivariance: unknown group {name!r}; expected C<N>, D<N>, SO(2), SO(3), O(3), SE(3), "
-                     "E(3), S_n, trivial, a list of elements or a sampler")
+                     "E(3), S_n, a product such as E(3)×S_n, trivial, a list of elements or a sampler")
 
 
 def _rms_radius(points: torch.Tensor) -> torch.Tensor:
@@ -310,7 +328,8 @@ def _elements(group: Any, model: Any, inputs: tuple[torch.Tensor, ...], num_samp
     batch = inputs[0].shape[0]
     generator = torch.Generator().manual_seed(seed)
     points = inputs[0] if inputs[0].dim() in (2, 3) else None
-    if isinstance(group, str) and _canonical_name(group) in (PERMUTATIONS, "Sn"):
+    if isinstance(group, str) and (_canonical_name(group) in (PERMUTATIONS, "Sn")
+                                   or _product_factors(_canonical_name(group)) is not None):
         points = inputs[0]
     if group is None:
         group = default_group(model)
@@ -352,6 +371,10 @@ def _apply(action: Action, sample: _Sampled, x: torch.Tensor) -> torch.Tensor:
             raise TypeError("check_equivariance: an image moves by a planar element (C_N, D_N, SO(2)), got a 3-D one")
         return act(x, sample.element)
     g = sample.element
+    if isinstance(g, ProductElement):  # the 3-D factor's action, then the order (the two commute)
+        if action != "elements":
+            x = _apply(action, _Sampled(sample.label, element=g.first), x)
+        return permute(x, g.second.perm) if x.dim() >= 2 and x.shape[1] == g.second.n else x
     if isinstance(g, PermutationElement):  # every per-element action permutes dim 1
         return permute(x, g.perm)
     if action == "elements":
@@ -389,6 +412,14 @@ def _permuted_inputs(inputs: Sequence[torch.Tensor]) -> tuple[str, ...]:
     are invariant."""
     n = inputs[0].shape[1]
     return tuple("elements" if x.dim() >= 2 and x.shape[1] == n else "invariant" for x in inputs)
+
+
+def _product_inputs(inputs: Sequence[torch.Tensor]) -> tuple[str, ...]:
+    """Under a 3-D group × S_n: the 3-D actions of :func:`default_input_actions`, with the per-element inputs that
+    the 3-D group leaves invariant (N-body's charges) permuted ("elements"); one-per-sample inputs invariant."""
+    n = inputs[0].shape[1] if inputs[0].dim() >= 2 else None
+    return tuple("elements" if a == "invariant" and x.dim() >= 2 and x.shape[1] == n else a
+                 for a, x in zip(default_input_actions(inputs, False), inputs, strict=True))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -454,7 +485,9 @@ def check_equivariance(
             * a name: ``"C4"``, ``"D8"`` (every element, the identity included; those off the pixel grid are
               interpolated and reported as inexact), ``"SO(2)"`` (``num_samples`` random angles per image,
               interpolated), ``"SO(3)"``, ``"O(3)"`` (Haar samples), ``"SE(3)"``, ``"E(3)"`` (with Gaussian
-              translations of each input's RMS radius), ``"trivial"``.
+              translations of each input's RMS radius), ``"S_n"`` (random permutations of dim 1), a product of a
+              3-D group with S_n (``"E(3)×S_n"``, ``"SO(3)×S_n"``: a pair per sample, the 3-D element acting on the
+              coordinates and the permutation on the order), ``"trivial"``.
             * a list of elements: angles in degrees, ``(angle_deg, reflect)`` pairs, ``PlanarElement``,
               ``EuclideanTransform``, ``(3, 3)`` or ``(B, 3, 3)`` orthogonal matrices.
             * a sampler, called ``num_samples`` times as ``sampler(batch_size, generator, dtype=torch.float64)``
@@ -463,7 +496,9 @@ def check_equivariance(
             3-D elements are drawn in float64 from a generator seeded with ``seed``, one per sample.
         output_action: ``ρ`` on the output: ``"invariant"`` (default: class logits, per-point part logits),
             ``"points"`` (``x Rᵀ + t``: predicted positions), ``"vectors"`` (``v Rᵀ``), ``"image"`` (dense
-            outputs that rotate with the image), or a callable ``(g, output) -> ρ(g)·output`` receiving the
+            outputs that rotate with the image), ``"elements"`` (per-element outputs ``(B, n, ...)`` that the
+            permutation reorders and a 3-D group leaves alone; under a product, ``"points"`` and ``"vectors"``
+            are reordered too), or a callable ``(g, output) -> ρ(g)·output`` receiving the
             element as a ``PlanarElement`` or ``EuclideanTransform`` (one per sample).
         input_actions: one action per input (the same names or callables); by default
             :func:`default_input_actions` (an image; or points, same-shaped vectors, and invariant rest).
@@ -523,10 +558,12 @@ def check_equivariance(
     group_name, samples = _elements(group, model, inputs, num_samples, seed, dtype, device)
     planar = all(s.grid is not None or isinstance(s.element, PlanarElement) for s in samples)
     permutations = all(isinstance(s.element, PermutationElement) for s in samples)
+    products = all(isinstance(s.element, ProductElement) for s in samples)
     if input_actions is None:
         trivial = group_name == "trivial"
         input_actions = (("invariant",) * len(inputs) if trivial
-                         else _permuted_inputs(inputs) if permutations else default_input_actions(inputs, planar))
+                         else _permuted_inputs(inputs) if permutations
+                         else _product_inputs(inputs) if products else default_input_actions(inputs, planar))
     input_actions = tuple(input_actions)
     if len(input_actions) != len(inputs):
         raise ValueError(f"check_equivariance: {len(inputs)} input(s) but {len(input_actions)} input action(s)")

@@ -35,7 +35,7 @@ from canonical_network.utils.config import CONFIG_DIR, compose_experiment
 from tests.helpers import MAX_FRAME_CONDITION, assert_knn_stable, clear_argmax, frame_condition
 from tests.test_fa_gnn import frame_condition as pca_condition
 
-GROUP_NAME = re.compile(r"^(trivial|[CD][1-9]\d*|S?O\([23]\)|E\(3\)|S_n)$")
+GROUP_NAME = re.compile(r"^(trivial|[CD][1-9]\d*|S?O\([23]\)|E\(3\)|S_n|(S?O\(3\)|E\(3\))×S_n)$")
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -76,9 +76,14 @@ CASES = {
     "vn_pointcloud": ("modelnet/cn_l_pointnet", _points, 3),
     "tta": ("rotmnist/cnn", _images, 2),
     "permutation": ("nbody/gnn", _nbody, 5),  # S_n of the 5 particles: (B, 5, 5) permutation matrices
+    # products: the element's matrix is the 3-D factor's (the permutation acts on the order, not coordinates)
+    "e3_permutation": ("nbody/gnn", _nbody, 3),
+    "so3_permutation": ("modelnet/pointnet", _points, 3),
 }
 # overrides a case needs on top of its experiment (one whose experiment picks another canonicalization)
-CASE_OVERRIDES = {"tta": ("canonicalization=tta",), "permutation": ("canonicalization=permutation",)}
+CASE_OVERRIDES = {"tta": ("canonicalization=tta",), "permutation": ("canonicalization=permutation",),
+                  "e3_permutation": ("canonicalization=e3_permutation",),
+                  "so3_permutation": ("canonicalization=so3_permutation",)}
 # needs a finished run's checkpoint; rebuilds one of the above (tests/test_pretrained*.py)
 NOT_STANDALONE = {"pretrained"}
 
@@ -239,7 +244,7 @@ CONTROL_MARGIN = 1e6
 #: the cases and experiments built with escnn: checked in float32 (above)
 ESCNN = {"gcnn", "rotmnist/gcnn_p4"}
 #: canonicalization yaml -> how ρ(g) acts on its task's output (default: invariant logits)
-OUTPUT_ACTIONS = {"vn_deepsets": "points", "permutation": "elements"}
+OUTPUT_ACTIONS = {"vn_deepsets": "points", "permutation": "elements", "e3_permutation": "points"}
 
 
 #: rows built by e3nn, which computes its coupling coefficients in torch's default dtype when a layer is built
@@ -270,6 +275,7 @@ def _conditioning(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> f
     frame's ``λ_max / min gap`` (Davis–Kahan) for frame averaging, compounded over the re-framings of the
     layer-wise FA-GNN (``Π (1 + κ_l)``, tests/test_fa_gnn.py)."""
     h, f = model.network.canonicalizer, model.network.predictor
+    h = getattr(h, "first", h)  # a product: the frame is its 3-D factor's
     with torch.no_grad():
         if isinstance(h, VNDeepSetsCanonicalizer):
             kappa = frame_condition(h.frame_vectors(*inputs)[0][:, :3])
@@ -314,8 +320,8 @@ def test_every_canonicalized_model_passes_check_equivariance(name):
     if name == "gcnn":  # an argmax within rounding of a tie may flip under g: not what this checks
         with torch.no_grad():
             assert clear_argmax(h.scores(inputs[0]), factor=2**13).all()
-    if name == "vn_pointcloud":
-        assert_knn_stable(inputs[0], h.k)  # the rotated cloud has the same kNN graph
+    if name in ("vn_pointcloud", "so3_permutation"):
+        assert_knn_stable(inputs[0], getattr(h, "first", h).k)  # the rotated cloud has the same kNN graph
     result = cn.check_equivariance(model, inputs, output_action=OUTPUT_ACTIONS.get(name, "invariant"),
                                    conditioning=_conditioning(model, inputs))
     _assert_passes(result)

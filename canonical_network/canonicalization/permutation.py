@@ -189,9 +189,12 @@ class PermutationCanonicalizer(Canonicalizer):
         return moved + self._mix(matrix - matrix.detach(), x)
 
     def canonicalize(self, *inputs: torch.Tensor) -> tuple[Inputs, PermutationElement]:
-        """``(P x for every input, P)``: every input ``(B, n, ...)`` reordered along dim 1."""
+        """``(P x for every per-element input, P)``: every input ``(B, n, ...)`` (``n`` the first input's) reordered
+        along dim 1; the others (one per sample, e.g. ShapeNet's category ``(B, 16)``) pass through."""
         g = self.group_element(*inputs)
-        return tuple(self._move(g, x, inverse=False) for x in inputs), g
+        n = inputs[0].shape[1]
+        return tuple(self._move(g, x, inverse=False) if x.dim() >= 2 and x.shape[1] == n else x
+                     for x in inputs), g
 
     def invert(self, output: torch.Tensor, group_element: PermutationElement) -> torch.Tensor:
         """``Pᵀ y`` for per-element outputs ``(B, n, ...)``; invariant outputs unchanged."""
