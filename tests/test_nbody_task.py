@@ -41,6 +41,9 @@ EQUIVARIANT_ROWS = ["linear", "egnn", "fa_gnn", "cn_gnn", "cn_gnn_o3", "cn_gnn_f
 SE3_ROWS = ["tfn", "se3_transformer"]
 # nbody experiments that are not rows of Table 3: our whole-GNN frame averaging, beside Puny et al.'s fa_gnn.
 VARIANTS = ["fa_gnn_global"]
+# Issue 36's S_n rows (a plain MLP alone, behind E(3) x S_n canonicalization, and the two halves): their
+# equivariance, and its absence, is checked in tests/test_nbody_mlp_rows.py.
+PERMUTATION_ROWS = ["mlp", "cn_mlp", "cn_mlp_sn", "cn_mlp_e3"]
 #: ``n`` of the equivariance tolerances (tests/helpers.py): the longest chain of sums of the GNN-type
 #: predictors (hidden 64, 4 layers: per layer the edge MLP's 2·64 + 2 and 64 terms, 4 messages, the node
 #: MLP's 128 and 64, ≈ 400; with embedding, decoder and a canonicalizer's VN layers ≤ 2¹¹). Puny et al.'s
@@ -126,7 +129,8 @@ def equivariance_check(model: torch.nn.Module, frames, dtype: torch.dtype) -> tu
 
 
 def test_every_table_row_has_an_experiment():
-    assert set(NBODY_EXPERIMENTS) == {f"nbody/{row}" for row in ["gnn", *EQUIVARIANT_ROWS, *SE3_ROWS, *VARIANTS]}
+    rows = ["gnn", *EQUIVARIANT_ROWS, *SE3_ROWS, *VARIANTS, *PERMUTATION_ROWS]
+    assert set(NBODY_EXPERIMENTS) == {f"nbody/{row}" for row in rows}
 
 
 def test_forward_contract(frames):
