@@ -10,12 +10,15 @@ A block sits between ``<!-- generated:<name> -->`` and ``<!-- /generated:<name> 
 * ``experiments``: every experiment file, by family;
 * ``paper-rows``: each row of the paper's tables and the experiment that runs it;
 * ``api-example``: the README's plain-PyTorch example, the first Python block of ``docs/api.md``;
-* ``scorecard``: the reproduction report's scorecard (the README's headline, written by ``report --readme``).
+* ``scorecard``: the reproduction report's scorecard (the README's headline, written by ``report --readme``);
+* ``permutation-cost``: the S_n canonicalizer's cost against n (``docs/measurements.md``), from the record
+  ``scripts/benchmark_permutation.py`` wrote to ``docs/reproduction/benchmarks/permutation.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Callable
@@ -103,8 +106,62 @@ def api_example() -> list[str]:
     return match[0].splitlines()
 
 
+#: the record the ``permutation-cost`` block renders
+PERMUTATION_BENCHMARK = PROJECT_ROOT / "docs" / "reproduction" / "benchmarks" / "permutation.json"
+
+
+def _ms(row: dict, key: str, ratio: str | None = None) -> str:
+    """``"12.3 ms (0.45×)"``: a time of the record and, when given, its ratio to the backbone."""
+    value = row[key]
+    text = f"{value:,.1f} ms" if value >= 1 else f"{value:.2f} ms"
+    return text + (f" ({row[ratio]:.3g}×)" if ratio else "")
+
+
+def permutation_cost(path: Path = PERMUTATION_BENCHMARK) -> list[str]:
+    """The S_n canonicalizer's time and memory against n beside PointNet's, and how the record was made."""
+    record = json.loads(path.read_text())
+    env, settings = record["environment"], record["settings"]
+    lines = [
+        "| n | eval, sort only: forward | ste training, sort + Sinkhorn: forward | ste: forward + backward "
+        "| soft: forward + backward | PointNet eval / training forward / forward + backward "
+        "| saved for backward, ste / PointNet | peak, ste / PointNet |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for n, rows in record["results"].items():
+        ev, ste, soft, base_eval, base = (rows[k] for k in ("eval", "ste", "soft", "backbone_eval", "backbone"))
+        peak = ("–" if ste["peak_mb"] is None or base["peak_mb"] is None
+                else f"{ste['peak_mb']:,.1f} / {base['peak_mb']:,.1f} MB")
+        lines.append(
+            f"| {int(n):,} | {_ms(ev, 'forward_ms', 'ratio_forward')} | {_ms(ste, 'forward_ms', 'ratio_forward')} "
+            f"| {_ms(ste, 'forward_backward_ms', 'ratio_forward_backward')} "
+            f"| {_ms(soft, 'forward_backward_ms', 'ratio_forward_backward')} "
+            f"| {_ms(base_eval, 'forward_ms')} / {_ms(base, 'forward_ms')} / {_ms(base, 'forward_backward_ms')} "
+            f"| {ste['saved_mb']:,.1f} / {base['saved_mb']:,.1f} MB ({ste['ratio_saved']:.3g}×) | {peak} |")
+    growth = record.get("growth_exponent")
+    lines.append("")
+    if growth:
+        a, b = growth["between"]
+        lines.append(
+            f"Growth between n = {a:,} and {b:,} (time ∝ n^k): sort only k = {growth['eval_forward_ms']:.2f}, "
+            f"ste forward {growth['ste_forward_ms']:.2f}, ste forward + backward "
+            f"{growth['ste_forward_backward_ms']:.2f}, soft forward + backward {growth['soft_forward_backward_ms']:.2f}, "
+            f"PointNet forward + backward {growth['backbone_forward_backward_ms']:.2f}.")
+        lines.append("")
+    lines += [
+        f"Ratios (×) are to PointNet at the same n, measured in the same run: eval to PointNet eval, ste and soft "
+        f"to PointNet training. Made {record['created'][:10]} by `{record['command']}` on {env['machine']}, "
+        f"{settings['threads']} torch thread(s), load average {env['load_average_1min']} at the start "
+        f"({record['conditions']}); batch {settings['batch_size']} clouds of n points; {settings['canonicalizer']}; "
+        f"{settings['backbone']}. Time: {record['time']} (slow_s = {settings['slow_s']:g} s, "
+        f"{settings['repeats']} calls otherwise). Memory: saved = {record['memory']['saved_mb']}; "
+        f"peak = {record['memory']['peak_mb']}.",
+    ]
+    return lines
+
+
 GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups, "experiments": experiments,
-                                                   "paper-rows": paper_rows, "api-example": api_example}
+                                                   "paper-rows": paper_rows, "api-example": api_example,
+                                                   "permutation-cost": permutation_cost}
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 

@@ -143,3 +143,35 @@ def test_freeze_and_prior_weight():
     assert h.is_identity(identity, B).all() and h.prior(identity).item() == 0.0
     with pytest.raises(ValueError, match="prior_weight must be a finite number >= 0"):
         _h(prior_weight=-1.0)
+
+
+@pytest.mark.parametrize("selection", ["ste", "gumbel"])
+def test_the_fast_path_skips_sinkhorn_and_gives_the_same_outputs(selection):
+    """Without a gradient to carry, ``ste``/``gumbel`` hold the sort alone (``relaxed=None``); the outputs, the
+    order and the prior's value are those of the full path (Sinkhorn built, straight-through term 0 forward)."""
+    torch.manual_seed(1)
+    h = _h(selection=selection)
+    model = cn.CanonicalizedModel(h, _FlatMLP().double()).eval()
+    x, q = _inputs()
+    with torch.no_grad():
+        fast = model(x, q)
+        _, g_fast = h.canonicalize(x, q)
+    full = model(x, q)  # the scorer's weights require a gradient: Sinkhorn is built
+    _, g_full = h.canonicalize(x, q)
+    assert g_fast.relaxed is None and g_full.relaxed is not None and g_full.relaxed.requires_grad
+    assert torch.equal(fast, full.detach()) and torch.equal(g_fast.perm, g_full.perm)
+    # hard + S − S rounds to within an ulp of the hard matrix's entries
+    assert math.isclose(h.prior(g_fast).item(), h.prior(g_full).item(), rel_tol=4 * N * N * EPS64)
+    assert h.is_identity(g_fast, B).tolist() == h.is_identity(g_full, B).tolist()
+    # frozen scorer, grad mode on, inputs without a gradient: nothing to carry, the fast path again
+    frozen = _h(selection=selection, freeze=True)
+    assert frozen.canonicalize(x, q)[1].relaxed is None
+    # inputs that require a gradient (a product's first factor upstream): the full path, the gradient flows
+    x_grad = x.clone().requires_grad_(True)
+    (cx, _), g = frozen.canonicalize(x_grad, q)
+    assert g.relaxed is not None
+    cx.square().sum().backward()
+    assert x_grad.grad is not None
+    # soft applies the matrix forward: never the fast path
+    with torch.no_grad():
+        assert _h(selection="soft").eval().canonicalize(x, q)[1].relaxed is not None

@@ -32,6 +32,12 @@ The relaxation (how training reaches the scorer through a discrete sort), ``sele
   single order; also exactly equivariant (``S`` of permuted inputs is ``S`` with permuted columns), but the
   predictor sees mixtures of elements.
 
+When no gradient can flow (``torch.no_grad()``, or neither the scorer's weights nor its inputs require one:
+evaluation, a frozen canonicalizer on fixed inputs), ``ste`` and ``gumbel`` skip the Sinkhorn matrix, which
+would only carry a gradient: the element holds the sort alone (``relaxed=None``), O(n log n) instead of
+O(n² · sinkhorn_iterations), and the outputs are the same numbers (the straight-through term is 0 forward).
+``soft`` always builds it: its forward pass applies it.
+
 The names ``ste | gumbel | soft`` are those of the G-CNN canonicalizer (DESIGN.md: every discrete
 canonicalizer's ``selection``). The element is a :class:`~canonical_network.groups.permutation.PermutationElement`;
 the canonicalization prior is ``‖M − I‖²_F / n`` with ``M`` the matrix the forward pass applied (hard with the
@@ -140,8 +146,10 @@ class PermutationCanonicalizer(Canonicalizer):
         # no bias: the order and the soft sort depend on score differences only (a bias would get no gradient)
         self.readout = nn.Linear(hidden_dim, 1, bias=False)
 
-    def scores(self, *inputs: torch.Tensor) -> torch.Tensor:
-        """``(B, n)``: one score per element, permutation-equivariant."""
+    def element_features(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """``(B, n, in_features)``: what the scorer reads of each element (the inputs in ``features``, flattened
+        per element and concatenated). Elements with equal rows here get equal scores: ``diagnose`` uses it to
+        tell duplicated elements from distinct ones whose scores happen to tie."""
         chosen = inputs if self.features is None else [inputs[i] for i in self.features]
         batch, n = inputs[0].shape[:2]
         for x in chosen:
@@ -152,9 +160,19 @@ class PermutationCanonicalizer(Canonicalizer):
         if y.shape[-1] != self.in_features:
             raise ValueError(f"PermutationCanonicalizer: the scorer reads {y.shape[-1]} numbers per element but "
                              f"in_features is {self.in_features}")
+        return y
+
+    def hidden_features(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """``(B, n, hidden_dim)``: the last Deep Sets layer's features, which the read-out turns into scores
+        (``diagnose`` bounds the scores' rounding by the read-out's terms ``|w_j y_ij|``)."""
+        y = self.element_features(*inputs)
         for layer in self.layers:
             y = layer(y)
-        return self.readout(y).squeeze(-1)
+        return y
+
+    def scores(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """``(B, n)``: one score per element, permutation-equivariant."""
+        return self.readout(self.hidden_features(*inputs)).squeeze(-1)
 
     def group_element(self, *inputs: torch.Tensor) -> PermutationElement:
         """The hard order and the matrix the forward pass applies (module docstring)."""
@@ -164,6 +182,11 @@ class PermutationCanonicalizer(Canonicalizer):
             noise = -torch.empty_like(scores).exponential_().clamp_min(tiny).log()
             scores = scores + self.temperature * noise.detach()
         perm = scores.argsort(dim=-1, stable=True)
+        if self.selection != "soft" and not scores.requires_grad:
+            # The fast path: the hard forward reads the sort alone; the Sinkhorn matrix only carries the
+            # straight-through gradient, and no gradient can flow (no_grad, or neither the scorer's weights nor
+            # its inputs require one). O(n log n) instead of O(n² · sinkhorn_iterations) time and O(n²) memory.
+            return PermutationElement(perm)
         soft = sinkhorn(soft_sort_logits(scores, self.temperature), self.sinkhorn_iterations)
         if self.selection == "soft":
             return PermutationElement(perm, soft)
@@ -177,12 +200,14 @@ class PermutationCanonicalizer(Canonicalizer):
         return (matrix.to(flat.dtype) @ flat).view_as(x)
 
     def _move(self, g: PermutationElement, x: torch.Tensor, inverse: bool) -> torch.Tensor:
-        if not x.is_floating_point():  # integer inputs (labels) are moved exactly, without a gradient
-            return unpermute(x, g.perm) if inverse else permute(x, g.perm)
+        moved = unpermute(x, g.perm) if inverse else permute(x, g.perm)
+        # integer inputs (labels) are moved exactly, without a gradient; so is everything when the element
+        # carries no matrix (the fast path, or an element built from a ``perm`` alone)
+        if not x.is_floating_point() or g.relaxed is None:
+            return moved
         matrix = g.relaxed.transpose(-1, -2) if inverse else g.relaxed
         if self.selection == "soft":
             return self._mix(matrix, x)
-        moved = unpermute(x, g.perm) if inverse else permute(x, g.perm)
         if not (torch.is_grad_enabled() and matrix.requires_grad):
             return moved
         # straight-through: the exact gather, plus (S − stop_grad(S)) x, which is 0 forward
@@ -204,10 +229,13 @@ class PermutationCanonicalizer(Canonicalizer):
 
     def prior(self, group_element: PermutationElement | None) -> torch.Tensor:
         """``‖M − I‖²_F / n`` (batch mean), ``M`` the applied matrix: twice the fraction of displaced elements
-        for a hard order, with the soft matrix's gradient."""
+        for a hard order, with the soft matrix's gradient (the hard ``P``, without one, for an element of the
+        fast path)."""
         if group_element is None:
             return torch.zeros(())
-        matrix = group_element.relaxed if group_element.relaxed is not None else group_element.matrix()
+        matrix = group_element.relaxed
+        if matrix is None:  # the sort alone: its hard matrix, in the scorer's dtype
+            matrix = group_element.matrix().to(self.readout.weight)
         eye = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
         return (matrix - eye).square().sum(dim=(-2, -1)).mean() / matrix.shape[-1]
 

@@ -1,5 +1,6 @@
 """The measures of a diagnosis: equivariance of φ, equivariance of h alone, the distribution of the chosen
-poses, and continuity under small perturbations.
+poses, and continuity under small perturbations; for a canonicalizer with an S_n factor, the same questions
+about its order (:func:`permutation_measures`: permutations alone, ties of the scores, jitter).
 
 Every error is **relative, per input sample**: ``‖a − b‖ / ‖φ(x)‖`` with ``‖·‖`` the Euclidean (Frobenius)
 norm of one sample's whole output — all class logits, all ``N × 3`` predicted positions, all ``P × parts``
@@ -20,9 +21,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from canonical_network.canonicalization.permutation import PermutationCanonicalizer
+from canonical_network.canonicalization.product import ProductCanonicalizer
 from canonical_network.diagnostics.symmetries import Inputs, SampledElement, Symmetry
 from canonical_network.groups.euclidean import apply_rotation
 from canonical_network.groups.image import PlanarElement, element_angles_deg, planar_group
+from canonical_network.groups.permutation import PermutationElement, random_permutations
+from canonical_network.groups.product import ProductElement
 
 #: how the relative errors are normalised, written into diagnostics.json
 NORM = ("‖φ(g·x) − ρ(g)φ(x)‖ / ‖φ(x)‖ per input, ‖·‖ the Euclidean norm of one sample's whole output "
@@ -49,6 +54,21 @@ def entropy_bits(counts: torch.Tensor) -> float:
     p = counts.double() / counts.sum().clamp_min(1)
     p = p[p > 0]
     return float(-(p * p.log2()).sum())
+
+
+def coordinate_element(element):
+    """The part of ``h(x)`` that acts on coordinates, which the pose, canonicalizer and continuity measures
+    compare through ``matrix()``: the element itself, a product's factors other than S_n (``E(3)×S_n`` → its
+    E(3) element), or ``None`` for an S_n element alone (it reorders the elements, it has no coordinate
+    action; :func:`permutation_measures` measures it)."""
+    if isinstance(element, PermutationElement):
+        return None
+    if isinstance(element, ProductElement):
+        parts = [p for p in (coordinate_element(element.first), coordinate_element(element.second)) if p is not None]
+        if len(parts) > 1:
+            raise ValueError("a product of two coordinate groups has no single coordinate element to diagnose")
+        return parts[0] if parts else None
+    return element
 
 
 @dataclass
@@ -102,7 +122,8 @@ def canonicalizer_equivariance(model, symmetry: Symmetry, inputs: Inputs, elemen
                                moved: list[tuple[SampledElement, Inputs]]) -> dict | None:
     """Is ``h(g·x) = g·h(x)``? Compares ``h(g·x).matrix()`` with ``g.matrix() @ h(x).matrix()`` (relative to
     ``‖h(x).matrix()‖_F``), translations with ``Q t + s`` (relative to the input's RMS radius), and for finite
-    planar groups the chosen index with the index of ``g·h(x)``. ``None`` for the identity canonicalizer."""
+    planar groups the chosen index with the index of ``g·h(x)``. ``None`` for the identity canonicalizer and
+    for one without a coordinate factor (S_n alone); ``element`` is :func:`coordinate_element`'s."""
     if element is None:
         return None
     h = model.canonicalizer
@@ -114,7 +135,7 @@ def canonicalizer_equivariance(model, symmetry: Symmetry, inputs: Inputs, elemen
         if g.matrix.shape[-2:] != matrix.shape[-2:]:
             raise ValueError(f"{type(h).__name__} returns {tuple(matrix.shape[-2:])} matrices, but the "
                              f"{symmetry.family} diagnosis acts on {tuple(g.matrix.shape[-2:])} coordinates")
-        _, element_moved = model.network.canonicalize(*inputs_moved)
+        element_moved = coordinate_element(model.network.canonicalize(*inputs_moved)[1])
         expected = g.matrix @ matrix
         matrix_errors.append(relative(element_moved.matrix(), expected, matrix))
         translation = getattr(element, "translation", None)
@@ -215,7 +236,7 @@ def continuity(model, symmetry: Symmetry, inputs: Inputs, output: torch.Tensor, 
         part = {**summary(change), "jump_rate": float((change > jump).float().mean()), "element_change_rate": None}
         label = g.label if g is not None else f"jitter {symmetry.jitter:g} × the input's size"
         if element is not None:
-            _, element_p = model.network.canonicalize(*perturbed)
+            element_p = coordinate_element(model.network.canonicalize(*perturbed)[1])
             if index is not None:
                 changed = h.group_element_index(element_p) != index
             else:
@@ -235,6 +256,151 @@ def continuity(model, symmetry: Symmetry, inputs: Inputs, output: torch.Tensor, 
     }
 
 
+#: the rounding allowance of a score, in units of ``eps · S`` (``S`` the read-out's absolute terms, below): a
+#: score is the dot product ``Σ_j w_j y_j`` of the read-out with features ``y`` that the Deep Sets layers
+#: compute to a relative accuracy of ``ρ eps`` (each layer's sums of ``width`` and ``n`` terms, amplified
+#: by the layers' conditioning), so ``|δs| ≤ (ρ + width) eps Σ_j |w_j y_j|`` (Higham, *Accuracy and
+#: Stability of Numerical Algorithms*, §3.1). 2¹³ covers ρ + width for the configured scorers (2–4 layers of
+#: 32–64 units, sums of up to 1,024 elements) with room for a conditioning of ~10 per layer; it is the
+#: allowance tests/helpers.py uses for deep float64 networks (``DEEP_TERMS``). Two scores of different
+#: elements closer than that are ordered by rounding: a permutation of the input (another summation order
+#: in the mean pooling) may swap them.
+SCORE_ROUNDING_TERMS = 2.0**13
+
+
+def permutation_factor(canonicalizer, inputs: Inputs) -> tuple[PermutationCanonicalizer, Inputs] | None:
+    """The S_n canonicalizer inside ``canonicalizer`` (itself, or a factor of a product, however nested) and
+    the inputs it reads (for ``E(3)×S_n``: the first factor's canonical inputs); ``None`` without one."""
+    if isinstance(canonicalizer, PermutationCanonicalizer):
+        return canonicalizer, inputs
+    if isinstance(canonicalizer, ProductCanonicalizer):
+        found = permutation_factor(canonicalizer.first, inputs)
+        if found is not None:
+            return found
+        return permutation_factor(canonicalizer.second, canonicalizer.first.canonicalize(*inputs)[0])
+    return None
+
+
+def has_permutation_factor(canonicalizer) -> bool:
+    """Whether ``canonicalizer`` is, or has a factor that is, a :class:`PermutationCanonicalizer`."""
+    if isinstance(canonicalizer, ProductCanonicalizer):
+        return has_permutation_factor(canonicalizer.first) or has_permutation_factor(canonicalizer.second)
+    return isinstance(canonicalizer, PermutationCanonicalizer)
+
+
+def _order(model, inputs: Inputs) -> torch.Tensor:
+    """``(B, n)``: the order the S_n factor picks for ``inputs`` (``perm[b, k]`` = the element at position k)."""
+    factor, factor_inputs = permutation_factor(model.canonicalizer, inputs)
+    return factor.canonicalize(*factor_inputs)[1].perm
+
+
+def score_ties(factor: PermutationCanonicalizer, factor_inputs: Inputs, margin: float) -> dict:
+    """How close the S_n factor is to a tie on each input (the ambiguity of its order).
+
+    Per input, the scores sorted ascending and the gaps between consecutive ones (consecutive positions are
+    always two different elements of the set):
+
+    * ``ambiguity_rate``: share of inputs with a gap ≤ ``SCORE_ROUNDING_TERMS · eps · S``, ``S`` =
+      ``max_i Σ_j |w_j y_ij|`` (the read-out's absolute terms, which bound ``|s_i|``), ``eps`` the diagnosis
+      dtype's: the order of those two elements is decided by rounding (see :data:`SCORE_ROUNDING_TERMS`).
+      It counts ties of *identical* elements too (equal features give equal scores, ordered by their index):
+      for per-element outputs they matter, since which of two identical elements receives which of ``f``'s
+      two (generally different) outputs then depends on their index, and φ is equivariant only up to their
+      swap (the stabiliser; the paper's relaxed equivariance, Appendix A);
+    * ``ambiguity_rate_distinct``: the same, counting only gaps between elements whose features differ
+      (what matters for invariant outputs: identical elements are the same numbers in either order);
+    * ``duplicate_rate``: share of inputs with two elements of identical features (what the scorer reads);
+    * ``near_tie_rate``: share with a gap ≤ ``margin`` × the std of the input's scores (as
+      ``pose.ambiguity_rate``): close to a flip under a small perturbation, not under rounding;
+    * ``min_gap_over_std``: the smallest gap over the std of the scores, min and median over inputs.
+    """
+    features = factor.element_features(*factor_inputs)
+    y = factor.hidden_features(*factor_inputs)
+    terms = (y * factor.readout.weight.squeeze(0)).abs().sum(-1)  # (B, n): Σ_j |w_j y_ij|
+    scores = factor.readout(y).squeeze(-1)
+    ranked, order = scores.sort(dim=-1, stable=True)
+    gaps = ranked.diff(dim=-1)  # (B, n − 1), ≥ 0
+    eps = torch.finfo(scores.dtype).eps
+    threshold = SCORE_ROUNDING_TERMS * eps * terms.amax(dim=-1)  # (B,)
+    tied = gaps <= threshold.unsqueeze(-1)
+    ordered = features.gather(1, order.unsqueeze(-1).expand_as(features))
+    identical_neighbours = (ordered[:, 1:] == ordered[:, :-1]).all(dim=-1)
+    duplicates = torch.tensor([len(torch.unique(f, dim=0)) < len(f) for f in features], device=scores.device)
+    spread = scores.std(dim=-1).clamp_min(torch.finfo(scores.dtype).tiny)
+    min_gap = gaps.amin(dim=-1) / spread
+    return {
+        "ambiguity_rate": float(tied.any(dim=-1).float().mean()),
+        "ambiguity_rate_distinct": float((tied & ~identical_neighbours).any(dim=-1).float().mean()),
+        "duplicate_rate": float(duplicates.float().mean()),
+        "near_tie_rate": float((gaps <= margin * spread.unsqueeze(-1)).any(dim=-1).float().mean()),
+        "margin": margin,
+        "min_gap_over_std": {"min": float(min_gap.min()), "median": float(min_gap.median())},
+        "threshold_max": float(threshold.max()),
+        "threshold_definition": f"consecutive sorted scores within {SCORE_ROUNDING_TERMS:g} · eps · "
+                                "max_i Σ_j |w_j y_ij| (read-out weights w, last Deep Sets features y; eps of "
+                                f"{str(scores.dtype).removeprefix('torch.')}): ordered by rounding",
+    }
+
+
+def permutation_measures(model, symmetry: Symmetry, inputs: Inputs, output: torch.Tensor, *, num_elements: int,
+                         margin: float, jump: float, generator: torch.Generator) -> dict | None:
+    """The S_n factor of the canonicalizer (alone or in a product): equivariance under permutations alone,
+    the ambiguity of its order, and continuity under jitter. ``None`` when the canonicalizer has no S_n
+    factor.
+
+    * ``equivariance``: ``‖φ(σx) − ρ(σ)φ(x)‖ / ‖φ(x)‖`` for ``num_elements`` uniform random permutations σ
+      per input, with ``ρ(σ)`` the permutation for per-element outputs (N-body positions, part logits) and the
+      identity for invariant ones (class logits), as the task's outputs transform (``outputs`` says which);
+      ``canonical_max_rel``: the canonical inputs of ``σx`` against those of ``x`` (the S_n factor makes them
+      the same numbers); ``order_mismatch_rate``: share of inputs × σ whose order for ``σx`` is not ``σ``
+      composed with the order for ``x`` (``σ[perm(σx)] ≠ perm(x)``; ties of identical elements count);
+    * ``ties``: :func:`score_ties`;
+    * ``continuity``: under a jitter of ``symmetry.jitter`` × the input's size (:meth:`Symmetry.perturbations`),
+      the output change (``max_rel``, ``mean_rel``, ``jump_rate``: share moving by more than ``jump``), the
+      share of inputs whose order changes at all (``order_change_rate``) and the mean share of positions
+      that receive another element (``displaced_fraction``).
+    """
+    if not has_permutation_factor(model.canonicalizer):
+        return None
+    if not symmetry.has_sets:
+        raise ValueError(f"{type(model.canonicalizer).__name__} has an S_n factor but the {symmetry.family} "
+                         "family has no set of elements to permute")
+    factor, factor_inputs = permutation_factor(model.canonicalizer, inputs)
+    canonical, _ = model.network.canonicalize(*inputs)
+    order = _order(model, inputs)
+    batch, n = order.shape
+    errors, canonical_errors, mismatches = [], [], []
+    for j in range(num_elements):
+        sigma = random_permutations(batch, n, generator).to(order.device)
+        moved = symmetry.permute(inputs, sigma)
+        g = SampledElement(f"S_n #{j + 1}", torch.eye(3, dtype=output.dtype, device=output.device).expand(batch, 3, 3),
+                           permutation=sigma)
+        errors.append(relative(model(*moved), symmetry.act_output(g, output), output))
+        canonical_moved, _ = model.network.canonicalize(*moved)
+        canonical_errors.append(relative(canonical_moved[0], canonical[0], canonical[0]))
+        mismatches.append((sigma.gather(1, _order(model, moved)) != order).any(dim=-1))
+    errors = torch.stack(errors)
+    equivariance_result = {
+        **summary(errors), "num_elements": num_elements, "num_inputs": batch,
+        "outputs": ("per element: φ(σx) vs σφ(x)" if symmetry.per_element_outputs
+                    else "invariant: φ(σx) vs φ(x)"),
+        "canonical_max_rel": float(torch.stack(canonical_errors).max()),
+        "order_mismatch_rate": float(torch.stack(mismatches).float().mean()),
+    }
+    _, jittered = symmetry.perturbations(inputs, generator)["jitter"]
+    change = relative(model(*jittered), output, output)
+    order_jittered = _order(model, jittered)
+    continuity_result = {
+        **summary(change), "perturbation": f"jitter {symmetry.jitter:g} × the input's size", "jump": jump,
+        "jump_rate": float((change > jump).float().mean()),
+        "order_change_rate": float((order_jittered != order).any(dim=-1).float().mean()),
+        "displaced_fraction": float((order_jittered != order).float().mean()),
+    }
+    return {"group": "S_n", "factor": type(factor).__name__, "n": n, "selection": factor.selection,
+            "equivariance": equivariance_result, "ties": score_ties(factor, factor_inputs, margin),
+            "continuity": continuity_result}
+
+
 @torch.no_grad()
 def diagnose(model, symmetry: Symmetry, inputs: Inputs, *, seed: int = 0, margin: float = 0.01,
              jump: float = 0.1, pose_bins: int = 36) -> Diagnosis:
@@ -243,11 +409,13 @@ def diagnose(model, symmetry: Symmetry, inputs: Inputs, *, seed: int = 0, margin
     Returns a :class:`Diagnosis` whose ``results`` hold ``equivariance.exact``, ``equivariance.continuous``,
     ``equivariance.output_spread`` (mean ``‖φ(x) − mean φ‖ / ‖φ(x)‖`` over the inputs: near 0, the output
     ignores the input and the checks are vacuous), ``canonicalizer``, ``pose`` and ``continuity`` (see the
-    module docstring and ``diagnostics.json`` in the README).
+    module docstring and ``diagnostics.json`` in the README), and ``permutation`` (:func:`permutation_measures`;
+    ``None`` unless the canonicalizer has an S_n factor).
     """
     generator = torch.Generator().manual_seed(int(seed))
     output = model(*inputs)
-    canonical, element = model.network.canonicalize(*inputs)
+    canonical, chosen = model.network.canonicalize(*inputs)
+    element = coordinate_element(chosen)  # what the pose, canonicalizer and continuity measures compare
     exact_moved = symmetry.exact(inputs, generator)
     exact, exact_errors = equivariance(model, symmetry, output, exact_moved)
     if exact is None:  # e.g. images under C3: no quarter turn belongs to the group
@@ -269,5 +437,8 @@ def diagnose(model, symmetry: Symmetry, inputs: Inputs, *, seed: int = 0, margin
         "canonicalizer": canonicalizer_equivariance(model, symmetry, inputs, element, exact_moved),
         "pose": pose_result,
         "continuity": continuity(model, symmetry, inputs, output, element, jump, generator),
+        # drawn after the others, so adding this section left their samples (and figures) as they were
+        "permutation": permutation_measures(model, symmetry, inputs, output, num_elements=symmetry.num_elements,
+                                            margin=margin, jump=jump, generator=generator),
     }
     return Diagnosis(results, inputs, canonical, exact_moved, exact_errors, angles)

@@ -42,8 +42,10 @@ def summary_table(results: dict) -> str:
                  f"{exact['num_elements']} element(s) × {exact['num_inputs']} inputs"))
     rows.append(("equivariance.continuous", _fmt(continuous["max_rel"]), _fmt(continuous["mean_rel"]),
                  continuous.get("note", "")))
+    # None: the identity canonicalizer, or one without a coordinate factor (S_n alone: see its rows)
+    no_pose = "identity canonicalizer" if model["group"] == "trivial" else f"{model['group']}: no coordinate action"
     if canonicalizer is None:
-        rows.append(("canonicalizer", "–", "–", "identity canonicalizer"))
+        rows.append(("canonicalizer", "–", "–", no_pose))
     else:
         notes = [f"group {canonicalizer['group']}"]
         if canonicalizer["index_mismatch_rate"] is not None:
@@ -58,12 +60,24 @@ def summary_table(results: dict) -> str:
             notes += f", element changes {_percent(part['element_change_rate'])}"
         rows.append((f"continuity.{name}", _fmt(part["max_rel"]), _fmt(part["mean_rel"]), notes))
     if pose is None:
-        rows.append(("pose", "", "", "identity canonicalizer"))
+        rows.append(("pose", "", "", no_pose))
     else:
         notes = f"{pose['kind']}: entropy {pose['entropy_bits']:.2f} of {pose['max_entropy_bits']:.2f} bits"
         if pose.get("ambiguity_rate") is not None:
             notes += f", ambiguous {_percent(pose['ambiguity_rate'])} (margin {pose['margin']:g})"
         rows.append(("pose", "", "", notes))
+    permutation = results.get("permutation")
+    if permutation is not None:
+        sn, ties, moved = permutation["equivariance"], permutation["ties"], permutation["continuity"]
+        rows.append(("permutation.equivariance", _fmt(sn["max_rel"]), _fmt(sn["mean_rel"]),
+                     f"S_n alone, {sn['outputs'].split(':')[0]} outputs; order mismatches "
+                     f"{_percent(sn['order_mismatch_rate'])}"))
+        rows.append(("permutation.ties", "", "", f"ambiguous {_percent(ties['ambiguity_rate'])} (distinct elements "
+                     f"{_percent(ties['ambiguity_rate_distinct'])}, duplicates {_percent(ties['duplicate_rate'])}), "
+                     f"near ties {_percent(ties['near_tie_rate'])} (margin {ties['margin']:g})"))
+        rows.append(("permutation.continuity", _fmt(moved["max_rel"]), _fmt(moved["mean_rel"]),
+                     f"{moved['perturbation']}: jumps > {moved['jump']:g} {_percent(moved['jump_rate'])}, order "
+                     f"changes {_percent(moved['order_change_rate'])}"))
     widths = [max(len(row[k]) for row in rows) for k in range(3)]
     lines = [f"Diagnosis of {results['experiment']} ({model['canonicalizer']} [{model['group']}] + "
              f"{model['predictor']}; {results['inputs']['num_samples']} test inputs, {results['numerics']['dtype']})"]
@@ -91,6 +105,6 @@ def flat_metrics(results: dict, prefix: str = "diagnose") -> dict[str, float]:
         elif isinstance(node, (int, float)) and not isinstance(node, bool):
             flat[key] = float(node)
 
-    for section in ("equivariance", "canonicalizer", "pose", "continuity"):
+    for section in ("equivariance", "canonicalizer", "pose", "continuity", "permutation"):
         walk(results.get(section), f"{prefix}/{section}")
     return flat

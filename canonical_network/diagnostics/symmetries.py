@@ -25,6 +25,8 @@ A :class:`Symmetry` answers three questions for one task family:
 
 and how an element acts on outputs (:meth:`Symmetry.act_output`, ρ): the identity on class logits, the
 permutation on per-point part logits, rotation + translation + permutation on predicted N-body positions.
+For canonicalizers with an S_n factor, :meth:`Symmetry.permute` reorders a set's elements alone (points,
+particles; ``has_sets``), and ``per_element_outputs`` says whether the outputs follow that order.
 
 Elements are drawn from a ``torch.Generator`` (one element per input sample, except the images' exact
 elements, which are the same for the whole batch), so a diagnosis is reproducible from its seed.
@@ -114,7 +116,8 @@ def rotation_group_3d(canonicalizer_group: str, data_protocol: str | None, overr
     check_choice("diagnose.group", override, GROUP_CHOICES)
     if override != "auto":
         return override
-    claimed = {"O(3)": "O3", "E(3)": "O3", "SO(3)": "SO3", "SE(3)": "SO3"}.get(canonicalizer_group)
+    # a product's coordinate factor comes first ("E(3)×S_n"): the 3-D group is that factor's
+    claimed = {"O(3)": "O3", "E(3)": "O3", "SO(3)": "SO3", "SE(3)": "SO3"}.get(canonicalizer_group.split("×")[0])
     if claimed is not None:
         return claimed
     return {"z": "z", "so3": "SO3"}.get(data_protocol or "", default)
@@ -167,6 +170,16 @@ class Symmetry:
     def act_output(self, g: SampledElement, output: torch.Tensor) -> torch.Tensor:
         """``ρ(g) φ(x)``; the identity (invariant outputs) by default."""
         return output
+
+    #: whether the inputs are sets whose elements a permutation reorders (points, particles)
+    has_sets: bool = False
+    #: whether the outputs are per element of the set (permuted with it) rather than invariant
+    per_element_outputs: bool = False
+
+    def permute(self, inputs: Inputs, permutation: torch.Tensor) -> Inputs:
+        """The inputs with their set's elements reordered, ``x ↦ x[perm]`` (``permutation`` ``(B, n)``), every
+        per-element input alike and the per-sample ones unchanged; only for families with :attr:`has_sets`."""
+        raise NotImplementedError(f"the {self.family} family has no set of elements to permute")
 
     def output_action(self) -> str:
         return "identity (invariant class logits)"
@@ -258,12 +271,14 @@ class PointCloudSymmetry(Symmetry):
     """
 
     family = "point_clouds"
+    has_sets = True
 
     def __init__(self, group: str, per_point_outputs: bool, num_elements: int = 4, rotation_deg: float = 1.0,
                  jitter: float = 1e-3, axis: str = "z") -> None:
         super().__init__(num_elements, rotation_deg, jitter)
         self.group = check_choice("diagnose.group", group, ROTATION_GROUPS)
         self.per_point_outputs = bool(per_point_outputs)
+        self.per_element_outputs = self.per_point_outputs
         self.axis = axis
         if self.per_point_outputs:
             self.family = "part_segmentation"
@@ -314,6 +329,10 @@ class PointCloudSymmetry(Symmetry):
             "jitter": (None, self._jittered(inputs, generator)),
         }
 
+    def permute(self, inputs, permutation):
+        points, *rest = inputs  # the category (part segmentation) is one per cloud
+        return (_permute(points, permutation), *rest)
+
     def act_output(self, g, output):
         return _permute(output, g.permutation) if self.per_point_outputs else output
 
@@ -342,6 +361,10 @@ class NBodySymmetry(PointCloudSymmetry):
     def __init__(self, group: str, num_elements: int = 4, rotation_deg: float = 1.0, jitter: float = 1e-3,
                  axis: str = "z") -> None:
         super().__init__(group, False, num_elements, rotation_deg, jitter, axis)
+        self.per_element_outputs = True  # predicted positions, one per particle
+
+    def permute(self, inputs, permutation):
+        return tuple(_permute(x, permutation) for x in inputs)
 
     def _move(self, inputs, rotation, translation, permutation):
         loc, vel, charges = inputs

@@ -43,7 +43,8 @@ class PermutationElement:
         perm: ``(B, n)`` int64, the hard permutation (``perm[b, k]`` = the input element at position ``k``).
         relaxed: ``(B, n, n)`` or ``None``: the matrix the forward pass applied, whose gradient reaches the
             canonicalizer: the hard ``P`` with a straight-through Sinkhorn gradient, or the soft doubly
-            stochastic matrix (``selection=soft``). ``None`` for an element not chosen by a network.
+            stochastic matrix (``selection=soft``). ``None`` for an element not chosen by a network, and for
+            one chosen where no gradient can flow (the canonicalizer's fast path: the sort alone).
 
     ``index`` is ``None``: the protocol's index is a position in an enumeration of a small finite group
     ``(B,)``; S_n is not enumerated (n! elements); ``perm`` is its coordinate.
