@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "VNDeepSetsCanonicalizer": "canonical_network.canonicalization.nbody",
     "VNPointCloudCanonicalizer": "canonical_network.canonicalization.pointcloud",
     "PermutationCanonicalizer": "canonical_network.canonicalization.permutation",
+    "ProductCanonicalizer": "canonical_network.canonicalization.product",
     "canonicalizer_from_checkpoint": "canonical_network.canonicalization.pretrained",
     # group elements, their samplers and Gram–Schmidt
     "GroupElement": "canonical_network.groups",
@@ -40,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "random_axis_rotations": "canonical_network.groups.euclidean",
     "random_euclidean": "canonical_network.groups.euclidean",
     "PermutationElement": "canonical_network.groups.permutation",
+    "ProductElement": "canonical_network.groups.product",
     "random_permutations": "canonical_network.groups.permutation",
     "gram_schmidt": "canonical_network.groups.euclidean",
     # the equivariance check
@@ -62,6 +64,8 @@ __all__ = [
     "PermutationCanonicalizer",
     "PermutationElement",
     "PlanarElement",
+    "ProductCanonicalizer",
+    "ProductElement",
     "TestTimeCanonicalizer",
     "VNDeepSetsCanonicalizer",
     "VNPointCloudCanonicalizer",
@@ -83,6 +87,7 @@ if TYPE_CHECKING:  # what static tools see; at run time the names are resolved b
     from canonical_network.canonicalization.nbody import VNDeepSetsCanonicalizer
     from canonical_network.canonicalization.permutation import PermutationCanonicalizer
     from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
+    from canonical_network.canonicalization.product import ProductCanonicalizer
     from canonical_network.canonicalization.pretrained import from_checkpoint as canonicalizer_from_checkpoint
     from canonical_network.canonicalization.test_time import TestTimeCanonicalizer
     from canonical_network.equivariance import EquivarianceResult, check_equivariance
@@ -97,6 +102,7 @@ if TYPE_CHECKING:  # what static tools see; at run time the names are resolved b
     )
     from canonical_network.groups.image import PlanarElement
     from canonical_network.groups.permutation import PermutationElement, random_permutations
+    from canonical_network.groups.product import ProductElement
 
 
 def __getattr__(name: str) -> Any:

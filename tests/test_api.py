@@ -45,7 +45,8 @@ def test_every_canonicalizer_class_is_exported():
     exported = {getattr(cn, name) for name in cn.__all__}
     assert defined - exported == set()
     assert {cn.GCNNCanonicalizer, cn.PCACanonicalizer, cn.OptimizationCanonicalizer, cn.TestTimeCanonicalizer,
-            cn.VNDeepSetsCanonicalizer, cn.VNPointCloudCanonicalizer, cn.IdentityCanonicalizer} <= defined
+            cn.VNDeepSetsCanonicalizer, cn.VNPointCloudCanonicalizer, cn.IdentityCanonicalizer,
+            cn.PermutationCanonicalizer, cn.ProductCanonicalizer} <= defined
 
 
 # ---------------------------------------------------------------------------------- keywords = config keys
@@ -59,6 +60,8 @@ BUILDERS = {
     "vn_pointcloud": "VNPointCloudCanonicalizer",
     "identity": "IdentityCanonicalizer",
     "permutation": "PermutationCanonicalizer",
+    "e3_permutation": "ProductCanonicalizer",
+    "so3_permutation": "ProductCanonicalizer",
     "pretrained": "canonicalizer_from_checkpoint",
 }
 
@@ -81,8 +84,10 @@ def test_keyword_names_and_defaults_are_the_config_keys(name):
     parameters = dict(inspect.signature(function).parameters)
     if inspect.isclass(builder):
         parameters["prior_weight"] = inspect.Parameter("prior_weight", inspect.Parameter.KEYWORD_ONLY, default=0.0)
+    # a product's factors are composed by its defaults list ("vn_deepsets@first"): required keywords (canonicalizers)
+    composed = {entry.rpartition("@")[2] for entry in cfg.get("defaults", []) if isinstance(entry, str) and "@" in entry}
     for key in cfg:
-        if key == "_target_":
+        if key in ("_target_", "defaults"):
             continue
         assert key in parameters, f"{name}.yaml: {key} is not a keyword of {BUILDERS[name]}"
         default = parameters[key].default
@@ -90,8 +95,8 @@ def test_keyword_names_and_defaults_are_the_config_keys(name):
             assert default is not inspect.Parameter.empty, f"{BUILDERS[name]}({key}=...) has no default"
             continue
         value = OmegaConf.to_container(cfg, resolve=False)[key]
-        if default is inspect.Parameter.empty:  # required: the yaml leaves it to the user (pretrained's checkpoint)
-            assert value is None, f"{BUILDERS[name]}({key}=...) has no default; the yaml says {value!r}"
+        if default is inspect.Parameter.empty:  # required: left to the user (pretrained's checkpoint) or composed
+            assert value is None or key in composed, f"{BUILDERS[name]}({key}=...) has no default; the yaml says {value!r}"
             continue
         default = list(default) if isinstance(default, tuple) else default
         assert default == value, f"{BUILDERS[name]}: {key} defaults to {default!r}, the yaml says {value!r}"

@@ -27,6 +27,7 @@ from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicali
 from canonical_network.groups.euclidean import EuclideanTransform, axis_rotation
 from canonical_network.groups.image import PlanarElement, act_exact, act_inverse
 from canonical_network.groups.permutation import PermutationElement
+from canonical_network.groups.product import ProductElement
 from canonical_network.utils.config import compose_experiment
 from tests.helpers import fit_image_model, rel_tol
 from tests.test_canonicalizer_contract import CASES as CANONICALIZERS
@@ -43,6 +44,8 @@ def _moved(g, quarter_turns: int, logit: float = 50.0):
     logits that single out that element (``logit`` above the others); 3-D elements a rotation about z and a
     translation, which the prior must not see."""
     batch = g.matrix().shape[0]
+    if isinstance(g, ProductElement):  # a product: each factor moved by the same number of quarter turns
+        return ProductElement(_moved(g.first, quarter_turns, logit), _moved(g.second, quarter_turns, logit))
     if isinstance(g, PlanarElement):
         angle = torch.full((batch,), 90.0 * quarter_turns)
         if g.index is None:
@@ -72,7 +75,10 @@ def test_prior_is_zero_at_the_identity_and_positive_away_from_it(name):
     identity, quarter = _moved(g, 0), _moved(g, 1)
     assert h.prior(identity).item() == 0.0 and h.is_identity(identity, batch).all()
     assert not h.is_identity(quarter, batch).any()
-    if isinstance(g, PermutationElement):
+    if isinstance(g, ProductElement):
+        # the sum of the factors' priors: ‖R − I‖²_F = 4 of the quarter turn, plus 2 of the shift of all n elements
+        assert h.prior(quarter).item() == pytest.approx(6.0, abs=16 * EPS32)
+    elif isinstance(g, PermutationElement):
         # ‖P − I‖²_F / n of a shift that moves all n elements: 2n entries off by 1, over n
         assert h.prior(quarter).item() == 2.0
     elif g.index is not None:
