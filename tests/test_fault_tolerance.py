@@ -82,7 +82,7 @@ def test_ddp_cpu_two_processes_write_results_once(tmp_path):
     assert results == [run_dir / "results.json"]
     record = json.loads(results[0].read_text())
     assert record["status"] == "completed" and "test/error" in record["metrics"]
-    assert record["config"]["trainer"]["strategy"] == "ddp_spawn"
+    assert record["config"]["trainer"]["strategy"] == "ddp_fork"
 
 
 def test_truncated_last_checkpoint_falls_back_to_the_newest_readable_one(tmp_path, caplog):

@@ -7,7 +7,9 @@ Subclasses fill ``self.splits`` (``"train"``, ``"val"``, ``"test"`` → Dataset)
 
 from __future__ import annotations
 
+import torch.distributed as dist
 from lightning import LightningDataModule
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from canonical_network.data.samplers import EpochSeededRandomSampler
@@ -43,6 +45,26 @@ class SplitDataModule(LightningDataModule):
         """Random augmentation of a training batch, on its device after the transfer; none by default."""
         return batch
 
+    def eval_sampler(self, dataset: Dataset, split: str) -> Sampler | None:
+        """How an evaluation split is read: in order (``None``), or, with several processes (DDP), each sample by
+        exactly one process.
+
+        Lightning's default for evaluation under DDP is ``DistributedSampler``, which pads every process to the
+        same number of samples by repeating the first ones: with 2,000 test systems on 3 processes, 1 system
+        would be counted twice in every metric. :class:`UnrepeatedDistributedSampler` (Lightning's own, which it
+        uses for prediction) gives process ``r`` the samples ``r, r + N, r + 2N, ...``: sizes differ by at most
+        one, and the metrics (torchmetrics, synchronised once at the epoch's end; the task logs no per-step
+        collective) sum every sample once. Uneven batch counts are safe in evaluation: DDP synchronises buffers
+        only in forward passes with gradients.
+        """
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return None
+        processes = dist.get_world_size()
+        if len(dataset) < processes:
+            raise ValueError(f"the {split} split has {len(dataset)} sample(s), fewer than the {processes} processes "
+                             f"evaluating it: every process needs one; use trainer.devices <= {len(dataset)}")
+        return UnrepeatedDistributedSampler(dataset, num_replicas=processes, rank=dist.get_rank(), shuffle=False)
+
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.splits:
             self.setup()
@@ -54,7 +76,7 @@ class SplitDataModule(LightningDataModule):
             dataset,
             batch_size=self.batch_size,
             drop_last=drop_last,
-            sampler=self.train_sampler(dataset) if shuffle else None,
+            sampler=self.train_sampler(dataset) if shuffle else self.eval_sampler(dataset, split),
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,

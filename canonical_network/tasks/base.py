@@ -82,6 +82,9 @@ class CanonicalizedTask(LightningModule):
         # share of inputs canonicalized to the identity, per evaluation split (kept apart from ``metrics``,
         # which are the task's own)
         self.identity_rates = nn.ModuleDict({split: MeanMetric() for split in ("val", "test")})
+        # the evaluation loss as a metric (sum and count synchronised across DDP processes), so that
+        # ``{val,test}/loss`` is the mean over the whole split, not the mean over one process's share
+        self.eval_losses = nn.ModuleDict({split: MeanMetric() for split in ("val", "test")})
         self.network = CanonicalizedModel(canonicalizer, predictor)
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
@@ -128,8 +131,12 @@ class CanonicalizedTask(LightningModule):
             identity_rate = self.identity_rates[split]
             identity_rate.update(self.canonicalizer.is_identity(group_element, batch_size).to(loss))
             self.log(f"{split}/identity_rate", identity_rate, on_step=False, on_epoch=True, batch_size=batch_size)
-        if split == "train" or self.log_eval_loss:
-            self.log(f"{split}/loss", loss, on_step=split == "train", on_epoch=True, prog_bar=split != "test",
+        if split == "train":
+            self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch_size)
+        elif self.log_eval_loss:  # weighted by the batch's size: the mean over the split's samples
+            eval_loss = self.eval_losses[split]
+            eval_loss.update(loss.detach(), weight=batch_size)
+            self.log(f"{split}/loss", eval_loss, on_step=False, on_epoch=True, prog_bar=split != "test",
                      batch_size=batch_size)
         metrics = self.split_metrics(split)
         self.update_metrics(metrics, output, target, inputs)

@@ -1,0 +1,100 @@
+"""Evaluation under DDP measures what one process measures (issue 37, item 1).
+
+Each task family's test loop runs once in one process and once in N processes (``ddp_fork`` on CPU, gloo, as ``trainer=ddp_cpu``), on
+evaluation sets whose size is not a multiple of N, and the logged test metrics must agree: every sample counted
+once (``SplitDataModule.eval_sampler``), every metric reduced over all processes (torchmetrics states, the
+evaluation loss as a weighted mean). The negative control is Lightning's default sampler, which pads each
+process's share by repeating samples: the same check sees the duplicates.
+
+Tolerance. Counts (accuracy, error, identity rate, orbit flags) are sums of 0/1 flags and agree exactly. Float
+sums (MSE, losses, IoU) are added in another order when the processes' partial sums are reduced: the relative
+difference is at most ``n · eps32`` for ``n`` summed terms (worst-case recursive summation); ``n`` is bounded
+by the number of per-sample values summed, ``2¹²`` here (49 systems × 15 coordinates, 100 digits, 49 clouds ×
+64 points), so ``rtol = 2¹² · eps32 ≈ 4.9e-4`` of each metric. A duplicated sample changes an MSE by ~1/49 of
+the difference between its error and the mean: ~1e-2 relative, far outside it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import hydra
+import pytest
+import torch
+from lightning import Trainer
+from omegaconf import open_dict
+
+from canonical_network.data.nbody import NBodyDataModule
+from tests.helpers import compose_config
+
+#: relative tolerance of float metrics (module docstring): n · eps32 with n = 2¹²
+RTOL = 2**12 * torch.finfo(torch.float32).eps
+
+#: family -> (experiment, overrides): small evaluation sets of sizes 49 or 100 (not multiples of 2 and/or 3)
+FAMILIES = {
+    "nbody": ("nbody/cn_gnn", ["data.num_train=60", "data.num_valid=10", "data.num_test=49", "data.batch_size=8",
+                               "data.max_train_samples=60", "data.seed=5"]),
+    "rotmnist": ("rotmnist/cn_p4", ["data.train_per_class=480", "data.val_per_class=10", "data.batch_size=16",
+                                    "data.eval_rotations=1", "model.orbit_rotations=4"]),
+    "modelnet": ("modelnet/cn_nl_pointnet", ["data.num_train=16", "data.num_val=8", "data.num_test=49",
+                                             "data.num_points=64", "data.batch_size=8", "data.rotation=z/so3",
+                                             "canonicalization.k=8"]),
+    "shapenet": ("shapenet/cn_nl_pointnet", ["data.num_train=16", "data.num_val=8", "data.num_test=49",
+                                             "data.num_points=64", "data.batch_size=8", "data.rotation=z/so3",
+                                             "canonicalization.k=8"]),
+}
+
+
+class PaddedNBodyDataModule(NBodyDataModule):
+    """The negative control: Lightning's default evaluation sampler under DDP (pads by repeating samples)."""
+
+    def eval_sampler(self, dataset, split):
+        return None
+
+
+def _test_metrics(family: str, devices: int, tmp_path, padded: bool = False) -> dict[str, float]:
+    experiment, overrides = FAMILIES[family]
+    cfg = compose_config([f"experiment={experiment}", *overrides], tmp_path)
+    with open_dict(cfg):
+        if family == "nbody":
+            cfg.data.data_dir = str(tmp_path / "nbody")
+        if padded:
+            cfg.data._target_ = f"{__name__}.PaddedNBodyDataModule"
+    torch.manual_seed(0)
+    datamodule = hydra.utils.instantiate(cfg.data)
+    model = hydra.utils.instantiate(cfg.model)
+    trainer = Trainer(accelerator="cpu", devices=devices, strategy="ddp_fork" if devices > 1 else "auto",
+                      logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, callbacks=[], num_sanity_val_steps=0)
+    trainer.test(model, datamodule=datamodule, verbose=False)
+    return {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+
+
+def _assert_same(single: dict[str, float], parallel: dict[str, float]) -> None:
+    assert single and set(parallel) == set(single)
+    for key, value in single.items():
+        assert math.isclose(parallel[key], value, rel_tol=RTOL, abs_tol=0.0), (key, parallel[key], value)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_nbody_test_mse_on_three_processes_is_the_single_process_one(tmp_path):
+    single = _test_metrics("nbody", 1, tmp_path)
+    assert {"test/mse", "test/identity_rate"} <= set(single)
+    _assert_same(single, _test_metrics("nbody", 3, tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_lightning_default_sampler_counts_repeated_samples_and_the_check_sees_it(tmp_path):
+    single = _test_metrics("nbody", 1, tmp_path)
+    padded = _test_metrics("nbody", 3, tmp_path, padded=True)  # 49 systems padded to 51: two counted twice
+    assert not math.isclose(padded["test/mse"], single["test/mse"], rel_tol=RTOL, abs_tol=0.0)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("devices", [2, 3])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_family_evaluates_the_same_on_several_processes(family, devices, tmp_path):
+    single = _test_metrics(family, 1, tmp_path)
+    _assert_same(single, _test_metrics(family, devices, tmp_path))
