@@ -87,8 +87,8 @@ if TYPE_CHECKING:  # what static tools see; at run time the names are resolved b
     from canonical_network.canonicalization.nbody import VNDeepSetsCanonicalizer
     from canonical_network.canonicalization.permutation import PermutationCanonicalizer
     from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
-    from canonical_network.canonicalization.product import ProductCanonicalizer
     from canonical_network.canonicalization.pretrained import from_checkpoint as canonicalizer_from_checkpoint
+    from canonical_network.canonicalization.product import ProductCanonicalizer
     from canonical_network.canonicalization.test_time import TestTimeCanonicalizer
     from canonical_network.equivariance import EquivarianceResult, check_equivariance
     from canonical_network.groups import GroupElement
