@@ -11,6 +11,7 @@
 #   scripts/reproduce.sh nbody-long      # CN-GNN, its frozen row, EGNN and GNN at NBODY_LONG (3,000) epochs
 #   scripts/reproduce.sh nbody-paper     # Table 3 at the paper's protocol: 10,000 epochs, best validation, seeds 0-2
 #   scripts/reproduce.sh nbody-quoted    # Radial Field, TFN, SE(3)-Transformer at the nbody stage's 1,000-epoch budget, seed 0 first
+#   scripts/reproduce.sh permutations    # S_n: a plain MLP / point Transformer behind E(3)xS_n / SO(3)xS_n canonicalization, seeds 0-2
 #   scripts/reproduce.sh nbody-gap       # what separates our CN-GNN from the authors' code at 1,000 epochs
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
 #   scripts/reproduce.sh pointclouds-cpu # every row of Table 4 at a CPU budget: 256 points, 1,000 clouds, 5 epochs
@@ -120,6 +121,15 @@ case "${1:-}" in
     run "ep${FA_EPOCHS:-200}" "0 1 2" nbody/cn_gnn -- trainer.max_epochs="${FA_EPOCHS:-200}"
     run "" 0 nbody/tfn -- trainer.max_epochs=1000
     run "ep${SE3_EPOCHS:-100}" 0 nbody/se3_transformer -- trainer.max_epochs="${SE3_EPOCHS:-100}" ;;
+  permutations)  # issue 36: backbones equivariant to neither permutations nor rotations (nbody/mlp, the point
+                 # Transformer), alone, behind the product canonicalizer and behind each of its halves, beside the
+                 # permutation-equivariant backbones (GNN, CN-GNN; PointNet, CN(NL)-PointNet) at the same budget.
+                 # N-body at FA-GNN's CPU budget (FA_EPOCHS, 200; nbody-quoted runs CN-GNN there), point clouds at
+                 # the pointclouds-cpu budget (PC_*), where the PointNet rows already ran
+    run "ep${FA_EPOCHS:-200}" "0 1 2" nbody/mlp nbody/cn_mlp nbody/cn_mlp_sn nbody/cn_mlp_e3 nbody/gnn -- \
+      trainer.max_epochs="${FA_EPOCHS:-200}"
+    pc_run "0 1 2" "z/so3 z/z" modelnet/transformer modelnet/cn_transformer modelnet/cn_transformer_so3 \
+      modelnet/cn_transformer_sn ;;
   nbody-ablations)
     run dropout0 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.dropout=0.0
     run dropout0.2 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.dropout=0.2
