@@ -62,8 +62,9 @@ T_LEVEL = 0.95
 
 
 #: what a claim is (``kind`` in a claims file): the paper's own comparative statements, which the scorecard
-#: counts; checks that hold by construction of the models (invariance pairs); other papers' claims; a user's
-CLAIM_KINDS = ("paper", "construction", "other", "user")
+#: counts; checks that hold by construction of the models (invariance pairs); other papers' claims; this project's
+#: hypotheses beyond the paper (``extension``: e.g. S_n canonicalization of a plain MLP); a user's
+CLAIM_KINDS = ("paper", "construction", "other", "extension", "user")
 CLAIMS_FILE = "paper_claims.yaml"
 
 
@@ -1333,6 +1334,7 @@ def build_report(folders: list[Path], out: Path, claims_file: Path | None = None
         + "; ".join(f"{kind} ({_tally(group)})" for kind, group in (
             ("checks true by construction", [s for s in apart if s.claim.kind == "construction"]),
             ("other papers' claims", [s for s in apart if s.claim.kind == "other"]),
+            ("hypotheses beyond the paper", [s for s in apart if s.claim.kind == "extension"]),
             ("your claims", [s for s in apart if s.claim.kind == "user"])) if group) + ".",
         "",
         *render_scored(paper, tables),
@@ -1343,7 +1345,8 @@ def build_report(folders: list[Path], out: Path, claims_file: Path | None = None
         "",
     ]
     if apart:
-        lines += ["## Other claims: true by construction, other papers', yours", "", *render_scored(apart, tables), ""]
+        lines += ["## Other claims: true by construction, other papers', beyond the paper, yours", "",
+                  *render_scored(apart, tables), ""]
     numbers = {id(s.claim): s.number for s in scored}
     lines += ["## Each claim at its other budgets and under ablations", "",
               "Per claim: the same comparison at the rows' other budgets and under every ablation run on both of "
