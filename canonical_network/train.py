@@ -36,6 +36,7 @@ from canonical_network.records import (
 )
 from canonical_network.utils.checks import ConfigError, check_choice
 from canonical_network.utils.config import CONFIG_DIR
+from canonical_network.utils.loggers import ResumableCSVLogger
 from canonical_network.utils.run_config import validate_run_config
 from canonical_network.utils.runs import (
     HYDRA_RECORD_DIR,
@@ -248,6 +249,9 @@ def _run(cfg: DictConfig) -> RunResults:
     divergence = monitor.verdict(None, {}) if monitor is not None else None
     test_metrics: dict[str, float] = {}
     if cfg.get("test", True):
+        for logger in trainer.loggers:  # fit's rows may come from other processes (DDP): append after them
+            if isinstance(logger, ResumableCSVLogger):
+                logger.reload()
         trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, weights_only=True)
         test_metrics = logged_test_metrics(trainer)
 

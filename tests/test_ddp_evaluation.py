@@ -98,3 +98,57 @@ def test_lightning_default_sampler_counts_repeated_samples_and_the_check_sees_it
 def test_every_family_evaluates_the_same_on_several_processes(family, devices, tmp_path):
     single = _test_metrics(family, 1, tmp_path)
     _assert_same(single, _test_metrics(family, devices, tmp_path))
+
+
+# ----------------------------------------------------------------------------------------- training under DDP
+#: after T = 8 SGD steps, one process and two differ only by the rounding of each step's gradient (the two
+#: processes' mean-loss gradients averaged, against one mean over both halves; other batch sizes may take
+#: other BLAS blockings): per entry ≤ n · eps32 relative with n = 2⁷ ≥ the longest sum of the GNN's forward and
+#: backward (its hidden width 64, doubled), accumulated over the T steps: T · n · eps32 ≈ 1.2e-4 of each tensor's
+#: scale. Lightning's own sampler wrapper (the control) reshuffles the order: other batches, ~1e-2 apart.
+TRAIN_RTOL = 8 * 2**7 * torch.finfo(torch.float32).eps
+
+
+class WrappedNBodyDataModule(NBodyDataModule):
+    """The control: the training sampler left to Lightning, which wraps it in ``DistributedSamplerWrapper``."""
+
+    def _train_sampler(self, dataset):
+        return self.train_sampler(dataset)
+
+
+def _fit(devices: int, batch: int, tmp_path, wrapped: bool = False) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    """nbody/gnn (no dropout, no batch norm, no augmentation: a deterministic case) fitted with SGD for 2 epochs
+    of 64 systems on ``devices`` processes of ``batch`` systems each."""
+    cfg = compose_config(["experiment=nbody/gnn", "data.num_train=64", "data.num_valid=49", "data.num_test=10",
+                          "data.max_train_samples=64", "data.seed=5", f"data.batch_size={batch}",
+                          "model.optimizer._target_=torch.optim.SGD", "model.optimizer.lr=0.01"], tmp_path)
+    with open_dict(cfg):
+        cfg.data.data_dir = str(tmp_path / "nbody")
+        if wrapped:
+            cfg.data._target_ = f"{__name__}.WrappedNBodyDataModule"
+    torch.manual_seed(0)
+    datamodule = hydra.utils.instantiate(cfg.data)
+    model = hydra.utils.instantiate(cfg.model)
+    trainer = Trainer(accelerator="cpu", devices=devices, strategy="ddp_fork" if devices > 1 else "auto",
+                      max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, callbacks=[], num_sanity_val_steps=0)
+    trainer.fit(model, datamodule=datamodule)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    return metrics, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_two_processes_with_half_batches_train_as_one_process(tmp_path):
+    """data.batch_size is per process: 2 processes × 8 systems take the steps of 1 process × 16 (the distributed
+    sampler gives rank r the shuffled order's positions r, r + 2, ...: the two halves of each step's batch are the
+    one-process batch, and DDP averages their mean-loss gradients)."""
+    def worst(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+        return max((b[k] - v).abs().max().item() / max(v.abs().max().item(), 1e-30) for k, v in a.items())
+
+    single_metrics, single = _fit(1, 16, tmp_path)
+    double_metrics, double = _fit(2, 8, tmp_path)
+    assert worst(single, double) < TRAIN_RTOL
+    assert math.isclose(double_metrics["val/mse"], single_metrics["val/mse"], rel_tol=TRAIN_RTOL)
+    _, wrapped = _fit(2, 8, tmp_path, wrapped=True)
+    assert worst(single, wrapped) > 10 * TRAIN_RTOL

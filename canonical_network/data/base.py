@@ -12,7 +12,7 @@ from lightning import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from canonical_network.data.samplers import EpochSeededRandomSampler
+from canonical_network.data.samplers import DealtDistributedSampler, EpochSeededRandomSampler
 from canonical_network.utils.checks import check_int
 
 SPLITS = ("train", "val", "test")  # the names of the splits everywhere: data modules, task metrics, logged keys
@@ -65,6 +65,14 @@ class SplitDataModule(LightningDataModule):
                              f"evaluating it: every process needs one; use trainer.devices <= {len(dataset)}")
         return UnrepeatedDistributedSampler(dataset, num_replicas=processes, rank=dist.get_rank(), shuffle=False)
 
+    def _train_sampler(self, dataset: Dataset) -> Sampler:
+        """:meth:`train_sampler`, dealt to the processes under DDP (:class:`DealtDistributedSampler`): N processes of
+        ``data.batch_size`` take the steps of one process of ``N × data.batch_size``."""
+        sampler = self.train_sampler(dataset)
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return sampler
+        return DealtDistributedSampler(sampler, dataset, num_replicas=dist.get_world_size(), rank=dist.get_rank())
+
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.splits:
             self.setup()
@@ -76,7 +84,7 @@ class SplitDataModule(LightningDataModule):
             dataset,
             batch_size=self.batch_size,
             drop_last=drop_last,
-            sampler=self.train_sampler(dataset) if shuffle else self.eval_sampler(dataset, split),
+            sampler=self._train_sampler(dataset) if shuffle else self.eval_sampler(dataset, split),
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sized
 
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import DistributedSampler, Sampler
 
 
 class EpochSeededRandomSampler(Sampler[int]):
@@ -33,3 +33,31 @@ class EpochSeededRandomSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+class DealtDistributedSampler(DistributedSampler):
+    """Training under DDP: the one-process order of ``sampler``, dealt to the processes in turn.
+
+    Position ``k`` of the order goes to process ``k mod N``, so process ``r`` reads positions ``r, r + N, ...``:
+    with a per-process batch ``b``, step ``s`` of the N processes together covers positions ``[s·N·b, (s+1)·N·b)``,
+    which is step ``s`` of one process with batch ``N·b`` (DDP averages the processes' mean-loss gradients, so
+    that is the same gradient up to the order of float additions). Lightning's default, wrapping the sampler
+    in ``DistributedSamplerWrapper``, reshuffles its order with a seed of its own: the same data, other batches.
+    As ``DistributedSampler``, the order is padded with its first positions to a multiple of N (every process
+    takes the same number of steps). ``set_epoch`` reaches ``sampler`` (:class:`EpochSeededRandomSampler`: the
+    order of ``(seed, epoch)``, so a resumed run deals what the uninterrupted one dealt).
+    """
+
+    def __init__(self, sampler: Sampler[int], dataset: Sized, num_replicas: int, rank: int) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False, drop_last=False)
+        self.sampler = sampler
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        order = list(self.sampler)
+        order += order[: self.total_size - len(order)]
+        return iter(order[self.rank : self.total_size : self.num_replicas])

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from lightning import LightningModule
 from torch import nn
@@ -168,6 +169,26 @@ class CanonicalizedTask(LightningModule):
 
     def test_step(self, batch, batch_idx):
         return self.model_step(batch, "test")
+
+    def setup(self, stage: str) -> None:
+        # the run's seed (train.py seeds every process with it before the model is built), kept before any
+        # per-process reseeding below changes torch.initial_seed()
+        self.run_seed = getattr(self, "run_seed", None) or torch.initial_seed()
+
+    def on_train_epoch_start(self) -> None:
+        """Under DDP, reseed each process's torch RNG from ``(run seed, epoch, rank)`` at every training epoch.
+
+        Every process starts from the same seed (and, forked, from the same RNG state), so without this the
+        processes would draw the same augmentation angles, dropout masks and Gumbel noise for their different
+        samples. Seeding from ``(seed, epoch, rank)`` makes the draws differ across processes and stay
+        reproducible, including after a resume (runs resume at epoch boundaries, where this reseeds). One
+        process: nothing changes (the RNG stream of single-process runs, hence their records, is untouched).
+        """
+        trainer = self._trainer
+        if trainer is None or trainer.world_size < 2:
+            return
+        state = np.random.SeedSequence([int(self.run_seed), int(self.current_epoch), int(trainer.global_rank)])
+        torch.manual_seed(int(state.generate_state(1, dtype=np.uint64)[0] % 2**63))
 
     def on_validation_epoch_end(self) -> None:
         self.log_figures("val")

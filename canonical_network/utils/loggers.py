@@ -18,8 +18,9 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 
 class _ResumingWriter(ExperimentWriter):
-    def __init__(self, log_dir: str, keep_previous: bool) -> None:
+    def __init__(self, log_dir: str, keep_previous: bool, drop_replayed: bool = True) -> None:
         self._keep_previous = keep_previous
+        self._drop_replayed = drop_replayed
         self._previous_rows: list[dict[str, str]] | None = None
         super().__init__(log_dir)
 
@@ -29,7 +30,7 @@ class _ResumingWriter(ExperimentWriter):
             return
         with self._fs.open(self.metrics_file_path, "r", newline="") as handle:
             reader = csv.DictReader(handle)
-            self._previous_rows = list(reader)
+            self._previous_rows = list(reader) if self._drop_replayed else None
             self.metrics_keys = sorted(reader.fieldnames or [])
 
     def log_metrics(self, metrics_dict: dict[str, float], step: int | None = None) -> None:
@@ -55,14 +56,28 @@ class ResumableCSVLogger(CSVLogger):
     def __init__(self, *args: Any, keep_previous: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._keep_previous = bool(keep_previous)
+        self._drop_replayed = True
 
     @property
     @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _ResumingWriter(self.log_dir, self._keep_previous)
+            self._experiment = _ResumingWriter(self.log_dir, self._keep_previous, self._drop_replayed)
         return self._experiment
+
+    def reload(self) -> None:
+        """Start the next stage from ``metrics.csv`` as it is on disk, every row kept.
+
+        Under DDP with forked or spawned processes (``trainer=ddp_cpu``) the rows of ``fit`` are written by the
+        processes, not by this one, whose writer never saw their columns; ``test`` runs in new processes that
+        inherit that writer and would rewrite the file under a header without them. After ``reload`` the next
+        writer reads the file's header and appends (no row dropped: nothing is replayed between two stages).
+        """
+        if self._experiment is not None:
+            self._experiment.save()
+        self._experiment = None
+        self._keep_previous, self._drop_replayed = True, False
 
 
 class QuietWandbLogger(WandbLogger):
