@@ -152,3 +152,30 @@ def test_two_processes_with_half_batches_train_as_one_process(tmp_path):
     assert math.isclose(double_metrics["val/mse"], single_metrics["val/mse"], rel_tol=TRAIN_RTOL)
     _, wrapped = _fit(2, 8, tmp_path, wrapped=True)
     assert worst(single, wrapped) > 10 * TRAIN_RTOL
+
+
+def test_each_process_draws_its_own_random_numbers_reproducibly():
+    """on_train_epoch_start under DDP: draws differ across ranks and epochs, repeat for the same (seed, epoch,
+    rank), and a one-process run's RNG stream is left alone."""
+    from types import SimpleNamespace
+
+    cfg = compose_config(["experiment=nbody/gnn"])
+    torch.manual_seed(7)
+    model = hydra.utils.instantiate(cfg.model)
+    model.setup("fit")
+
+    def draws(world_size: int, rank: int, epoch: int) -> torch.Tensor:
+        model._trainer = SimpleNamespace(world_size=world_size, global_rank=rank, current_epoch=epoch)
+        try:
+            model.on_train_epoch_start()
+            return torch.rand(4)
+        finally:
+            model._trainer = None
+
+    assert not torch.equal(draws(2, 0, 3), draws(2, 1, 3))
+    assert not torch.equal(draws(2, 0, 3), draws(2, 0, 4))
+    assert torch.equal(draws(2, 1, 3), draws(2, 1, 3))
+    torch.manual_seed(11)
+    expected = torch.rand(4)
+    torch.manual_seed(11)
+    assert torch.equal(draws(1, 0, 3), expected)
