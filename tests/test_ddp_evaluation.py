@@ -17,6 +17,7 @@ the difference between its error and the mean: ~1e-2 relative, far outside it.
 from __future__ import annotations
 
 import math
+import os
 
 import hydra
 import pytest
@@ -43,6 +44,16 @@ FAMILIES = {
                                              "data.num_points=64", "data.batch_size=8", "data.rotation=z/so3",
                                              "canonicalization.k=8"]),
 }
+
+
+@pytest.fixture(autouse=True)
+def restored_environment():
+    """Lightning's process launchers write MASTER_ADDR / MASTER_PORT (and more) into this process's environment;
+    later tests that start runs in subprocesses (tests/test_local_launcher.py) must not inherit them."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 class PaddedNBodyDataModule(NBodyDataModule):
