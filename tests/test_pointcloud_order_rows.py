@@ -12,7 +12,7 @@ What is checked, and why this way:
 * the discontinuous choices must be far from a tie at these inputs, or a rotation's rounding could flip them
   and move the logits by O(1), which no rounding tolerance covers: the kNN graph of the VN canonicalizer's edge
   input (``assert_knn_stable``) and the sorted scores of the S_n scorer (:func:`assert_clear_order`);
-* each model that should not be invariant to a group misses the same check by far (CONTROL_MARGIN times its
+* each model that should not be invariant to a group misses the same check by far (the contract test's CONTROL_MARGIN times its
   tolerance): the bare Transformer under SO(3) × S_n, the SO(3) half under S_n, the S_n half under SO(3);
 * gradients reach the parameters of both factors of the product (the frame through the rotated points, the
   scorer through the straight-through Sinkhorn term), and a few training steps run end to end.
@@ -31,7 +31,7 @@ from torch import nn
 import canonical_network as cn
 from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
 from canonical_network.canonicalization.product import ProductCanonicalizer
-from canonical_network.equivariance import MEANINGFUL_RTOL, accumulation_length
+from canonical_network.equivariance import accumulation_length
 from canonical_network.prediction.point_transformer import PointTransformer
 from canonical_network.records import read_results
 from canonical_network.train import run
@@ -43,6 +43,7 @@ from tests.helpers import (
     frame_condition,
     shrink,
 )
+from tests.test_canonicalizer_contract import _assert_fails_by_far, _assert_passes
 from tests.test_pointcloud_tasks import tiny_overrides
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -50,8 +51,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 #: the CPU budget's clouds (scripts/reproduce.sh pointclouds-cpu: data.num_points=256); the validation and
 #: test splits of 16 clouds hold every one of the 7 categories
 NUM_POINTS, NUM_CLOUDS = 256, 16
-#: a model that is not invariant must miss the derived tolerance by far, not by a hair (as the contract test)
-CONTROL_MARGIN = 1e6
 ROWS = ("modelnet/transformer", "modelnet/cn_transformer", "modelnet/cn_transformer_so3",
         "modelnet/cn_transformer_sn")
 
@@ -148,14 +147,6 @@ def _check(experiment: str, group: str) -> cn.EquivarianceResult:
     return cn.check_equivariance(model, (points,), group, terms=_terms(model, points), conditioning=kappa)
 
 
-def _assert_passes(result: cn.EquivarianceResult) -> None:
-    assert result.rtol < MEANINGFUL_RTOL, f"tolerance too loose to mean anything:\n{result}"
-    assert result.passed, str(result)
-
-
-def _assert_fails_by_far(result: cn.EquivarianceResult) -> None:
-    worst = max(result.elements, key=lambda e: e.max_abs_error)
-    assert not result.passed and worst.max_abs_error > CONTROL_MARGIN * worst.tolerance, str(result)
 
 
 # ------------------------------------------------------------------------------------------------ the backbone
