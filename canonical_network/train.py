@@ -32,6 +32,7 @@ from canonical_network.records import (
     RunResults,
     final_status,
     path_for_record,
+    read_results,
     write_failure_record,
 )
 from canonical_network.utils.checks import ConfigError, check_choice
@@ -190,6 +191,9 @@ def run(cfg: DictConfig) -> RunResults:
 
     validate_run_config(cfg)
     output_dir = Path(cfg.paths.output_dir)
+    if cfg.get("skip_finished", False) and final_status(output_dir) is not None:
+        log.info("skip_finished: %s holds a finished run; its record is left as it is", output_dir)
+        return read_results(output_dir / RESULTS_FILE)
     refuse_finished(output_dir)
     if rank_zero_only.rank != 0:
         return _run(cfg)
@@ -328,7 +332,7 @@ def _main(cfg: DictConfig) -> float | None:
     except Exception as error:
         write_failure(cfg, error)
         raise
-    if results["best_val"]:
+    if results.get("best_val"):
         return next(iter(results["best_val"].values()))
     return None
 

@@ -20,6 +20,8 @@
 #   scripts/reproduce.sh adapt-mnist-long  # its backbone and prior rows at 30 epochs
 #   scripts/reproduce.sh diagnose        # diagnose the trained Rotated MNIST checkpoints (docs/reproduction/diagnostics)
 #   scripts/reproduce.sh benchmarks      # Table 5a and Fig. 3 inference times (docs/reproduction/benchmarks), minutes on a CPU
+#   scripts/reproduce.sh paper-slurm     # every table at the paper's protocol on a Slurm cluster with GPUs (5 seeds)
+#   scripts/reproduce.sh protocol-cost   # what that protocol costs in device-hours, from step times measured here
 #   scripts/reproduce.sh report          # copy the small records into docs/ and rebuild the report
 #
 # JOBS (default 2) jobs run at once, each with THREADS threads (default cores / JOBS; set THREADS=1 when two
@@ -264,6 +266,39 @@ case "${1:-}" in
     OMP_NUM_THREADS="$bench_threads" "$PY" scripts/benchmark_image_inference.py --orders 4,8,16,32,64 \
       --batch-size "${BENCH_IMAGES:-32}" --repeats "${BENCH_REPEATS:-5}" --warmup 1 --no-build-memory \
       --threads "$bench_threads" ${EXTRA_BENCH:-} --json docs/reproduction/benchmarks/image_inference.json ;;
+  paper-slurm)  # the paper's full protocol on a Slurm cluster with GPUs (issue 37): every table's sweep, its rows x
+                # 5 seeds (x rotation protocols), on the real datasets (data.download=true fetches each archive
+                # once), one GPU a job (trainer=gpu; site settings: configs/local/default.yaml, see
+                # configs/hydra/launcher/slurm.yaml). The tables are submitted side by side; each launcher waits for
+                # its jobs, so run this inside tmux/screen or a small batch job. Resubmitting resumes: each job keeps
+                # its folder under SLURM_OUT/<sweep>, unfinished ones resume from last.ckpt, finished ones are
+                # skipped untouched (skip_finished=true). What it costs: scripts/protocol_cost.py (protocol-cost).
+    local slurm_out="${SLURM_OUT:-outputs/paper-slurm}" pids=() table
+    submit() {  # submit <sweep> <overrides...>
+      local sweep="$1"; shift
+      # shellcheck disable=SC2086
+      "$PY" -m canonical_network.train sweep="$sweep" hydra/launcher=slurm trainer=gpu skip_finished=true \
+        "~callbacks.rich_progress_bar" hydra.sweep.dir="$slurm_out/$sweep" "$@" $EXTRA &
+      pids+=($!)
+    }
+    submit rotmnist_table1 data=rotated_mnist data.download=true trainer.max_epochs=100
+    submit rotmnist_table2 data=rotated_mnist data.download=true trainer.max_epochs=100
+    # Table 3 with the rows the paper quotes from EGNN's paper; 10,000 epochs, the best-validation epoch tested
+    submit nbody_table "experiment=nbody/linear,nbody/gnn,nbody/egnn,nbody/fa_gnn,nbody/cn_gnn,nbody/cn_gnn_o3,\
+nbody/cn_gnn_frozen,nbody/radial_field,nbody/tfn,nbody/se3_transformer" trainer.max_epochs=10000 \
+      callbacks.early_stopping=null
+    submit modelnet_table data=modelnet40 data.download=true trainer.max_epochs=200
+    submit shapenet_table data=shapenet_part data.download=true trainer.max_epochs=200
+    for table in "${pids[@]}"; do
+      wait "$table" || FAILED_CALLS=$((FAILED_CALLS + 1))
+    done ;;
+  protocol-cost)  # device-hours of every table at the paper's protocol, from step times measured here (issue 37):
+                  # docs/reproduction/benchmarks/protocol_cost_<device>.json and the docs/measurements.md table.
+                  # One thread on a CPU (COST_THREADS); on a GPU machine: COST_DEVICE=cuda
+    mkdir -p docs/reproduction/benchmarks
+    OMP_NUM_THREADS="${COST_THREADS:-1}" "$PY" scripts/protocol_cost.py --device "${COST_DEVICE:-cpu}" \
+      --threads "${COST_THREADS:-1}" --output "docs/reproduction/benchmarks/protocol_cost_${COST_DEVICE:-cpu}.json" \
+      --markdown ;;
   report)
     "$PY" scripts/collect_runs.py "$OUT" docs/reproduction/runs
     "$PY" -m canonical_network.report docs/reproduction/runs --out docs/reproduction --readme README.md ;;

@@ -15,6 +15,25 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _sigint_disposition_is_restored(request):
+    """A test that leaves SIGINT ignored breaks every later test of its worker that Ctrl-C's a subprocess: a
+    child inherits an ignored SIGINT across exec, and Python then installs no KeyboardInterrupt handler (the
+    local launcher's stop test timed out this way inside the full suite). Lightning sets SIGINT to SIG_IGN when
+    a Trainer is interrupted in-process (trainer/call.py) and never restores it. Restore it after every test,
+    and name the test that changed it."""
+    import signal
+    import warnings
+
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        warnings.warn(f"{request.node.nodeid} left SIGINT's handler {after!r} (was {before!r}); restored",
+                      stacklevel=1)
+
+
 @pytest.fixture
 def one_thread():
     """Small tensors or many tiny steps: on a busy 2-core machine intra-op threads only add

@@ -213,3 +213,19 @@ def test_without_git_the_code_version_is_null_but_the_package_version(tmp_path, 
         assert json.loads((tmp_path / "run" / RESULTS_FILE).read_text())["code_version"] == expected
     finally:
         runs.code_version.cache_clear()  # the next test reads the real one again
+
+
+def test_skip_finished_leaves_a_finished_folder_alone_and_returns_its_record(finished, tmp_path):
+    """``skip_finished=true`` (resubmitting a whole sweep): a finished job's folder is read, never written."""
+    import shutil
+
+    folder = tmp_path / "run"
+    shutil.copytree(finished, folder)
+    before = snapshot(folder)
+    cfg = shrink(compose_config(ROW, folder))
+    with pytest.raises(RunFolderFinished):  # the default: refused
+        run(cfg)
+    cfg.skip_finished = True
+    record = run(cfg)
+    assert record == json.loads((folder / RESULTS_FILE).read_text()) and record["status"] == "completed"
+    assert snapshot(folder) == before

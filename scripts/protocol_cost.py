@@ -1,0 +1,275 @@
+"""What the paper's full protocol costs, table by table: measured step times × the paper's data sizes and epochs.
+
+    python scripts/protocol_cost.py                          # every table on this machine's CPU, 1 thread
+    python scripts/protocol_cost.py --tables nbody --threads 2
+    python scripts/protocol_cost.py --device cuda            # GPU-hours, on a machine with a GPU
+    python scripts/protocol_cost.py --output docs/reproduction/benchmarks/protocol_cost_cpu.json --markdown
+
+For every row of a table, the row's own experiment config (``configs/experiment``) is built exactly as
+``canonical_network.train`` builds it, at the paper's input sizes (1,024 points for ModelNet40, 2,048 for
+ShapeNet-part, 28 × 28 digits, 5 particles) and batch sizes, and a Lightning ``Trainer`` times
+``--train-steps`` optimizer steps (after ``--warmup`` untimed ones) and ``--val-steps`` evaluation batches on
+the embedded data (the content of a batch does not change its cost). Then, per row and seed,
+
+    hours = epochs × (ceil(train / batch) × train step + ceil(val / batch) × eval batch / validation interval)
+            + ceil(test / batch) × eval batch
+
+with the paper's split sizes (``PROTOCOLS``): no early stopping, so an upper bound where the paper stops early
+(Rotated MNIST, patience 20; N-body "early stopping" keeps the best-validation epoch of all 10,000, as EGNN's
+code does). A table's total is its rows × seeds × protocols (ModelNet40: z/z, z/SO(3), SO(3)/SO(3); ShapeNet:
+z/SO(3), SO(3)/SO(3)): rotations do not change a step's cost, so each row is timed once.
+
+Single-device figures (device-hours, one process); not measured: data loading from disk (the embedded data
+sit in memory), DDP, mixed precision. The load average at the start and end is printed: on a shared machine
+the steps are slower, so compare rows of one run, not runs. ``--markdown`` prints the table that
+``docs/measurements.md`` carries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One paper table at the paper's protocol."""
+
+    title: str
+    rows: tuple[str, ...]
+    #: overrides that set the paper's input sizes on the embedded data (kept small in count: only shapes matter)
+    overrides: tuple[str, ...]
+    train: int
+    val: int
+    test: int
+    epochs: int
+    seeds: int = 5  # the sweeps' (configs/sweep): the paper's ± std
+    protocols: int = 1
+    #: rows whose cost is another row's (they need that row's checkpoint to be built): row -> note
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    # App. G.1: 100 epochs, early stopping (patience 20) on validation; MNIST-rot: 10,000 train, 2,000
+    # validation, 50,000 test rows
+    "rotmnist": Protocol(
+        "Table 1 (Rotated MNIST)",
+        ("rotmnist/cnn", "rotmnist/cnn_aug", "rotmnist/cn_pca", "rotmnist/cn_p4", "rotmnist/cn_p4_frozen",
+         "rotmnist/cn_p64", "rotmnist/cn_opt", "rotmnist/gcnn_p4", "rotmnist/gcnn_p4_eqparams",
+         "rotmnist/gcnn_p64_eqparams"),
+        ("data.num_workers=0",), train=10_000, val=2_000, test=50_000, epochs=100),
+    # App. G.2: 10,000 epochs (EGNN's protocol: validation every 5 epochs, the best-validation epoch tested);
+    # nbody_small: 3,000 of 10,000 training simulations, 2,000 validation, 2,000 test
+    "nbody": Protocol(
+        "Table 3 (N-body)",
+        ("nbody/linear", "nbody/gnn", "nbody/egnn", "nbody/fa_gnn", "nbody/cn_gnn", "nbody/cn_gnn_o3",
+         "nbody/cn_gnn_frozen", "nbody/radial_field", "nbody/tfn", "nbody/se3_transformer"),
+        (), train=3_000, val=2_000, test=2_000, epochs=10_000),
+    # App. G.3: 200 epochs, batch 32, 1,024 points; ModelNet40 9,843 train / 2,468 test clouds, validated on the
+    # test split every epoch (the reference code's protocol); three rotation protocols
+    "modelnet": Protocol(
+        "Table 4 (ModelNet40)",
+        ("modelnet/pointnet", "modelnet/dgcnn", "modelnet/vn_pointnet", "modelnet/vn_dgcnn",
+         "modelnet/cn_frozen_pointnet", "modelnet/cn_l_pointnet", "modelnet/cn_nl_pointnet",
+         "modelnet/cn_frozen_dgcnn", "modelnet/cn_l_dgcnn", "modelnet/cn_nl_dgcnn"),
+        ("data.num_points=1024", "data.num_train=128", "data.num_val=64", "data.num_test=64"),
+        train=9_843, val=2_468, test=2_468, epochs=200, protocols=3),
+    # App. G.3: 200 epochs, batch 32, 2,048 points; ShapeNet-part 14,007 train+val / 2,874 test shapes,
+    # validated on the test split; two rotation protocols (z/SO(3), SO(3)/SO(3))
+    "shapenet": Protocol(
+        "Table 5b (ShapeNet-part)",
+        ("shapenet/pointnet", "shapenet/dgcnn", "shapenet/vn_pointnet", "shapenet/vn_dgcnn",
+         "shapenet/cn_frozen_pointnet", "shapenet/cn_l_pointnet", "shapenet/cn_nl_pointnet",
+         "shapenet/cn_frozen_dgcnn", "shapenet/cn_l_dgcnn", "shapenet/cn_nl_dgcnn"),
+        ("data.num_points=2048", "data.num_train=128", "data.num_val=64", "data.num_test=64"),
+        train=14_007, val=2_874, test=2_874, epochs=200, protocols=2),
+}
+
+
+def _timing_callback(warmup: int):
+    from lightning.pytorch.callbacks import Callback
+
+    class StepTimes(Callback):
+        """Wall time of every training batch (forward, backward, optimizer step) and evaluation batch."""
+
+        def __init__(self) -> None:
+            self.train: list[float] = []
+            self.val: list[float] = []
+            self._seen = 0
+            self._t0 = 0.0
+
+        def _sync(self, pl_module) -> None:
+            if pl_module.device.type == "cuda":
+                import torch
+
+                torch.cuda.synchronize(pl_module.device)
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self._sync(pl_module)
+            self._t0 = time.perf_counter()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self._sync(pl_module)
+            self._seen += 1
+            if self._seen > warmup:
+                self.train.append(time.perf_counter() - self._t0)
+
+        def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+            self._sync(pl_module)
+            self._t0 = time.perf_counter()
+
+        def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+            self._sync(pl_module)
+            if batch_idx > 0:  # the first evaluation batch of a run warms up the eval path
+                self.val.append(time.perf_counter() - self._t0)
+
+    return StepTimes()
+
+
+def time_row(experiment: str, overrides: tuple[str, ...], device: str, warmup: int, train_steps: int,
+             val_steps: int) -> dict:
+    """Median seconds per training step and per evaluation batch of one experiment, and its batch size."""
+    import hydra
+    from lightning import Trainer
+
+    from canonical_network.utils.config import compose_experiment
+
+    cfg = compose_experiment([f"experiment={experiment}", *overrides])
+    datamodule = hydra.utils.instantiate(cfg.data)
+    model = hydra.utils.instantiate(cfg.model)
+    timer = _timing_callback(warmup)
+    trainer = Trainer(accelerator="gpu" if device == "cuda" else "cpu", devices=1, max_epochs=1,
+                      limit_train_batches=warmup + train_steps, limit_val_batches=val_steps + 1,
+                      num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, callbacks=[timer])
+    trainer.fit(model, datamodule=datamodule)
+    if len(timer.train) < train_steps or len(timer.val) < val_steps:
+        raise RuntimeError(
+            f"{experiment}: the embedded data gave {len(timer.train)} timed training steps and {len(timer.val)} "
+            f"evaluation batches; {train_steps} and {val_steps} were asked (lower --train-steps/--val-steps)")
+    return {
+        "batch_size": int(cfg.data.batch_size),
+        "val_interval": int(cfg.trainer.get("check_val_every_n_epoch") or 1),
+        "train_step_s": statistics.median(timer.train),
+        "eval_batch_s": statistics.median(timer.val),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+
+
+def row_hours(protocol: Protocol, timing: dict) -> float:
+    """Device-hours of one run (one seed, one rotation protocol) of a row at the paper's protocol."""
+    batch = timing["batch_size"]
+    per_epoch = (math.ceil(protocol.train / batch) * timing["train_step_s"]
+                 + math.ceil(protocol.val / batch) * timing["eval_batch_s"] / timing["val_interval"])
+    return (protocol.epochs * per_epoch + math.ceil(protocol.test / batch) * timing["eval_batch_s"]) / 3600
+
+
+def markdown(record: dict) -> str:
+    unit = "GPU-hours" if record["device"] == "cuda" else "CPU-hours"
+    lines = [f"Device: {record['device_name']}, {record['threads']} thread(s); load average "
+             f"{record['load_start']:.1f} at the start, {record['load_end']:.1f} at the end; "
+             f"{record['train_steps']} timed training steps and {record['val_steps']} evaluation batches a row "
+             f"(medians).", "",
+             f"| table | row | batch | s / train step | s / eval batch | {unit} a run | runs | {unit} |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name, table in record["tables"].items():
+        protocol = PROTOCOLS[name]
+        for row, timing in table["rows"].items():
+            if "error" in timing:
+                lines.append(f"| {protocol.title} | `{row}` | | | | {timing['error']} | | |")
+                continue
+            runs = protocol.seeds * protocol.protocols
+            lines.append(f"| {protocol.title} | `{row}` | {timing['batch_size']} | {timing['train_step_s']:.3f} | "
+                         f"{timing['eval_batch_s']:.3f} | {timing['hours_per_run']:.2f} | {runs} | "
+                         f"{timing['hours_per_run'] * runs:.1f} |")
+        lines.append(f"| **{protocol.title}** | **all rows** ({protocol.epochs:,} epochs, {protocol.seeds} seeds"
+                     f"{f', {protocol.protocols} rotation protocols' if protocol.protocols > 1 else ''}) | | | | | | "
+                     f"**{table['total_hours']:.1f}** |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tables", nargs="+", default=list(PROTOCOLS), choices=list(PROTOCOLS))
+    parser.add_argument("--rows", nargs="+", default=None, help="only these experiments (of the chosen tables)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads on a CPU (default 1)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed training steps first (default 1)")
+    parser.add_argument("--train-steps", type=int, default=3, help="timed training steps a row (default 3)")
+    parser.add_argument("--val-steps", type=int, default=1, help="timed evaluation batches a row (default 1)")
+    parser.add_argument("--output", type=Path, default=None, help="write the record as JSON here")
+    parser.add_argument("--markdown", action="store_true", help="print the docs/measurements.md table")
+    args = parser.parse_args(argv)
+    for name, value in (("--train-steps", args.train_steps), ("--val-steps", args.val_steps),
+                        ("--threads", args.threads)):
+        if value < 1:
+            parser.error(f"{name} must be at least 1, got {value}")
+    known = {row for name in args.tables for row in PROTOCOLS[name].rows}
+    if args.rows is not None and (unknown := sorted(set(args.rows) - known)):
+        parser.error(f"--rows {', '.join(unknown)}: not a row of {', '.join(args.tables)}; "
+                     f"valid: {', '.join(sorted(known))}")
+
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is visible here (valid: cpu)")
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    import logging
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    record = {
+        "command": "python " + " ".join([str(Path(sys.argv[0]).relative_to(PROJECT_ROOT)
+                                              if Path(sys.argv[0]).is_absolute() else sys.argv[0]),
+                                         *(argv if argv is not None else sys.argv[1:])]),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "device": args.device,
+        "device_name": (torch.cuda.get_device_name(0) if args.device == "cuda"
+                        else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"),
+        "threads": args.threads,
+        "load_start": os.getloadavg()[0],
+        "train_steps": args.train_steps,
+        "val_steps": args.val_steps,
+        "tables": {},
+    }
+    for name in args.tables:
+        protocol = PROTOCOLS[name]
+        rows = {}
+        for row in protocol.rows:
+            if args.rows is not None and row not in args.rows:
+                continue
+            try:
+                timing = time_row(row, protocol.overrides, args.device, args.warmup, args.train_steps,
+                                  args.val_steps)
+            except Exception as error:  # one row that cannot be built here does not hide the others
+                rows[row] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"}
+                print(f"{row}: {rows[row]['error']}", file=sys.stderr, flush=True)
+                continue
+            timing["hours_per_run"] = row_hours(protocol, timing)
+            rows[row] = timing
+            print(f"{row}: {timing['train_step_s']:.3f} s a training step, {timing['eval_batch_s']:.3f} s an "
+                  f"evaluation batch -> {timing['hours_per_run']:.2f} h a run", file=sys.stderr, flush=True)
+        total = sum(t["hours_per_run"] for t in rows.values() if "hours_per_run" in t)
+        record["tables"][name] = {"rows": rows, "total_hours": total * protocol.seeds * protocol.protocols}
+    record["load_end"] = os.getloadavg()[0]
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(record, indent=2) + "\n")
+    print(markdown(record) if args.markdown else json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""scripts/protocol_cost.py: the paper protocol's device-hours from measured step times."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+
+import pytest
+
+from canonical_network.utils.config import PROJECT_ROOT, known_experiments
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("protocol_cost", PROJECT_ROOT / "scripts" / "protocol_cost.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_row_is_an_experiment_and_the_hours_follow_the_protocol():
+    cost = _script()
+    experiments = set(known_experiments())
+    for protocol in cost.PROTOCOLS.values():
+        assert set(protocol.rows) <= experiments, set(protocol.rows) - experiments
+    nbody = cost.PROTOCOLS["nbody"]
+    timing = {"batch_size": 100, "val_interval": 5, "train_step_s": 0.01, "eval_batch_s": 0.004}
+    # 30 training steps an epoch, 20 evaluation batches every 5 epochs, 20 test batches once
+    expected = (10_000 * (30 * 0.01 + 20 * 0.004 / 5) + 20 * 0.004) / 3600
+    assert cost.row_hours(nbody, timing) == pytest.approx(expected, rel=1e-12)
+    modelnet = cost.PROTOCOLS["modelnet"]
+    timing = {"batch_size": 32, "val_interval": 1, "train_step_s": 1.0, "eval_batch_s": 0.0}
+    assert cost.row_hours(modelnet, timing) == pytest.approx(200 * math.ceil(9843 / 32) / 3600)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_measured_row_gives_positive_times_and_its_hours(tmp_path, capsys):
+    cost = _script()
+    out = tmp_path / "cost.json"
+    assert cost.main(["--tables", "rotmnist", "--rows", "rotmnist/cnn", "--train-steps", "1", "--val-steps", "1",
+                      "--output", str(out), "--markdown"]) == 0
+    record = json.loads(out.read_text())
+    row = record["tables"]["rotmnist"]["rows"]["rotmnist/cnn"]
+    assert row["train_step_s"] > 0 and row["eval_batch_s"] > 0 and row["batch_size"] == 128
+    assert row["hours_per_run"] == pytest.approx(cost.row_hours(cost.PROTOCOLS["rotmnist"], row))
+    assert record["tables"]["rotmnist"]["total_hours"] == pytest.approx(row["hours_per_run"] * 5)
+    assert "| Table 1 (Rotated MNIST) | `rotmnist/cnn` | 128 |" in capsys.readouterr().out
+
+
+def test_bad_arguments_name_the_value_and_the_choices(capsys):
+    cost = _script()
+    with pytest.raises(SystemExit):
+        cost.main(["--tables", "nbody", "--rows", "nbody/gnnn"])
+    err = capsys.readouterr().err
+    assert "--rows nbody/gnnn: not a row of nbody" in err and "nbody/gnn," in err
+    with pytest.raises(SystemExit):
+        cost.main(["--train-steps", "0"])
+    assert "--train-steps must be at least 1, got 0" in capsys.readouterr().err
