@@ -12,6 +12,7 @@
 #   scripts/reproduce.sh nbody-paper     # Table 3 at the paper's protocol: 10,000 epochs, best validation, seeds 0-2
 #   scripts/reproduce.sh nbody-quoted    # Radial Field, TFN, SE(3)-Transformer at the nbody stage's 1,000-epoch budget, seed 0 first
 #   scripts/reproduce.sh permutations    # S_n: a plain MLP / point Transformer behind E(3)xS_n / SO(3)xS_n canonicalization, seeds 0-2
+#   scripts/reproduce.sh permutations-nbody, permutations-pc   # its two halves, for two lanes side by side
 #   scripts/reproduce.sh nbody-gap       # what separates our CN-GNN from the authors' code at 1,000 epochs
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
 #   scripts/reproduce.sh pointclouds-cpu # every row of Table 4 at a CPU budget: 256 points, 1,000 clouds, 5 epochs
@@ -128,8 +129,13 @@ case "${1:-}" in
                  # permutation-equivariant backbones (GNN, CN-GNN; PointNet, CN(NL)-PointNet) at the same budget.
                  # N-body at FA-GNN's CPU budget (FA_EPOCHS, 200; nbody-quoted runs CN-GNN there), point clouds at
                  # the pointclouds-cpu budget (PC_*), where the PointNet rows already ran
+                 # (two lanes side by side: permutations-nbody and permutations-pc, its halves)
+    bash scripts/reproduce.sh permutations-nbody || FAILED_CALLS=$((FAILED_CALLS + 1))
+    bash scripts/reproduce.sh permutations-pc || FAILED_CALLS=$((FAILED_CALLS + 1)) ;;
+  permutations-nbody)
     run "ep${FA_EPOCHS:-200}" "0 1 2" nbody/mlp nbody/cn_mlp nbody/cn_mlp_sn nbody/cn_mlp_e3 nbody/gnn -- \
-      trainer.max_epochs="${FA_EPOCHS:-200}"
+      trainer.max_epochs="${FA_EPOCHS:-200}" ;;
+  permutations-pc)
     pc_run "0 1 2" "z/so3 z/z" modelnet/transformer modelnet/cn_transformer modelnet/cn_transformer_so3 \
       modelnet/cn_transformer_sn ;;
   nbody-ablations)
