@@ -258,7 +258,8 @@ def dataset_of(run: dict) -> tuple[str, bool]:
     short = target.rsplit(".", 1)[-1]
     facts = data_facts(short)  # the data module's own display_name and paper_data (data/catalog.py)
     name, comparable = (facts.display_name, facts.paper_data) if facts else (short, False)
-    if short == "SyntheticShapesDataModule":  # its size is a setting: runs of other sizes are another table
+    if short in ("SyntheticShapesDataModule", "SyntheticShapes40DataModule"):  # its size is a setting: runs of
+        # other sizes are another table
         sizes = [f"{value:,} {what}" for key, what in (("num_points", "points"), ("num_train", "training clouds"))
                  if isinstance(value := run.get(f"config.data.{key}"), int)]
         name = ", ".join([name, *sizes])

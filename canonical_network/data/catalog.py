@@ -27,6 +27,7 @@ DATA_MODULES = (
     "canonical_network.data.modelnet.ModelNet40DataModule",
     "canonical_network.data.shapenet.ShapeNetPartDataModule",
     "canonical_network.data.synthetic_shapes.SyntheticShapesDataModule",
+    "canonical_network.data.synthetic_shapes40.SyntheticShapes40DataModule",
 )
 FACTS = ("config_name", "display_name", "paper_data", "tasks")
 

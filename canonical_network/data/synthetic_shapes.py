@@ -439,14 +439,16 @@ class SyntheticShapesDataModule(PointCloudDataModule):
         self.num_parts = self.NUM_PARTS
         self.category_parts = self.CATEGORY_PARTS
 
+    def generate(self, size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """``size`` clouds drawn from ``rng`` (:func:`generate_synthetic_shapes`'s arrays)."""
+        return generate_synthetic_shapes(size, self.num_points, rng, self.noise_std)
+
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
         for split, size in self.sizes.items():
             seed = np.random.SeedSequence([self.data_seed, zlib.crc32(split.encode())])
-            data = generate_synthetic_shapes(
-                size, self.num_points, np.random.default_rng(seed), self.noise_std
-            )
+            data = self.generate(size, np.random.default_rng(seed))
             points = torch.from_numpy(data["points"])
             if split != "train":
                 points = self.rotate_eval(points, split)
@@ -454,4 +456,4 @@ class SyntheticShapesDataModule(PointCloudDataModule):
             if self.task == "segmentation":
                 tensors.append(torch.from_numpy(data["part_labels"]))
             self.splits[split] = TensorDataset(*tensors)
-        log.info("synthetic_shapes sizes: %s", {k: len(v) for k, v in self.splits.items()})
+        log.info("%s sizes: %s", self.config_name, {k: len(v) for k, v in self.splits.items()})
