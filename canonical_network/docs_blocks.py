@@ -12,7 +12,9 @@ A block sits between ``<!-- generated:<name> -->`` and ``<!-- /generated:<name> 
 * ``api-example``: the README's plain-PyTorch example, the first Python block of ``docs/api.md``;
 * ``scorecard``: the reproduction report's scorecard (the README's headline, written by ``report --readme``);
 * ``permutation-cost``: the S_n canonicalizer's cost against n (``docs/measurements.md``), from the record
-  ``scripts/benchmark_permutation.py`` wrote to ``docs/reproduction/benchmarks/permutation.json``.
+  ``scripts/benchmark_permutation.py`` wrote to ``docs/reproduction/benchmarks/permutation.json``;
+* ``protocol-cost``: device-hours of each paper table at the paper's protocol (``docs/measurements.md``), from the
+  record ``scripts/protocol_cost.py`` wrote to ``docs/reproduction/benchmarks/protocol_cost_cpu.json``.
 """
 
 from __future__ import annotations
@@ -159,9 +161,43 @@ def permutation_cost(path: Path = PERMUTATION_BENCHMARK) -> list[str]:
     return lines
 
 
+#: the record the ``protocol-cost`` block renders (``scripts/protocol_cost.py --output``)
+PROTOCOL_COST = PROJECT_ROOT / "docs" / "reproduction" / "benchmarks" / "protocol_cost_cpu.json"
+
+
+def protocol_cost_table(record: dict) -> list[str]:
+    """Device-hours per row and per paper table at the paper's protocol, from a ``scripts/protocol_cost.py``
+    record, and how it was measured."""
+    unit = "GPU-hours" if record["device"] == "cuda" else "CPU-hours"
+    lines = [f"| table | row | batch | s / training step | s / eval batch | {unit} a run | runs | {unit} |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for table in record["tables"].values():
+        runs = table["seeds"] * table["protocols"]
+        for row, timing in table["rows"].items():
+            if "error" in timing:
+                lines.append(f"| {table['title']} | `{row}` | | | | not measured: {timing['error']} | | |")
+                continue
+            lines.append(f"| {table['title']} | `{row}` | {timing['batch_size']} | {timing['train_step_s']:.3f} | "
+                         f"{timing['eval_batch_s']:.3f} | {timing['hours_per_run']:,.2f} | {runs} | "
+                         f"{timing['hours_per_run'] * runs:,.1f} |")
+        protocols = f" × {table['protocols']} rotation protocols" if table["protocols"] > 1 else ""
+        lines.append(f"| **{table['title']}** | all rows: {table['epochs']:,} epochs of {table['train']:,} training "
+                     f"samples, {table['seeds']} seeds{protocols} | | | | | | **{table['total_hours']:,.0f}** |")
+    lines += ["", f"Measured {record['date']} by `{record['command']}` on {record['device_name']}, "
+                  f"{record['threads']} torch thread(s), load average {record['load_start']:.1f} at the start and "
+                  f"{record['load_end']:.1f} at the end; medians of {record['train_steps']} training steps and "
+                  f"{record['val_steps']} evaluation batch(es) a row, after a warm-up step. One device, one process, "
+                  "data in memory; no early stopping (an upper bound where the paper stops early)."]
+    return lines
+
+
+def protocol_cost(path: Path = PROTOCOL_COST) -> list[str]:
+    return protocol_cost_table(json.loads(path.read_text()))
+
+
 GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups, "experiments": experiments,
                                                    "paper-rows": paper_rows, "api-example": api_example,
-                                                   "permutation-cost": permutation_cost}
+                                                   "permutation-cost": permutation_cost, "protocol-cost": protocol_cost}
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 

@@ -22,7 +22,8 @@ z/SO(3), SO(3)/SO(3)): rotations do not change a step's cost, so each row is tim
 Single-device figures (device-hours, one process); not measured: data loading from disk (the embedded data
 sit in memory), DDP, mixed precision. The load average at the start and end is printed: on a shared machine
 the steps are slower, so compare rows of one run, not runs. ``--markdown`` prints the table that
-``docs/measurements.md`` carries.
+``docs/measurements.md`` carries (``python -m canonical_network.docs_blocks`` renders it there from the record in
+``docs/reproduction/benchmarks/protocol_cost_cpu.json``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -56,8 +57,6 @@ class Protocol:
     epochs: int
     seeds: int = 5  # the sweeps' (configs/sweep): the paper's ± std
     protocols: int = 1
-    #: rows whose cost is another row's (they need that row's checkpoint to be built): row -> note
-    notes: dict[str, str] = field(default_factory=dict)
 
 
 PROTOCOLS: dict[str, Protocol] = {
@@ -175,30 +174,6 @@ def row_hours(protocol: Protocol, timing: dict) -> float:
     return (protocol.epochs * per_epoch + math.ceil(protocol.test / batch) * timing["eval_batch_s"]) / 3600
 
 
-def markdown(record: dict) -> str:
-    unit = "GPU-hours" if record["device"] == "cuda" else "CPU-hours"
-    lines = [f"Device: {record['device_name']}, {record['threads']} thread(s); load average "
-             f"{record['load_start']:.1f} at the start, {record['load_end']:.1f} at the end; "
-             f"{record['train_steps']} timed training steps and {record['val_steps']} evaluation batches a row "
-             f"(medians).", "",
-             f"| table | row | batch | s / train step | s / eval batch | {unit} a run | runs | {unit} |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for name, table in record["tables"].items():
-        protocol = PROTOCOLS[name]
-        for row, timing in table["rows"].items():
-            if "error" in timing:
-                lines.append(f"| {protocol.title} | `{row}` | | | | {timing['error']} | | |")
-                continue
-            runs = protocol.seeds * protocol.protocols
-            lines.append(f"| {protocol.title} | `{row}` | {timing['batch_size']} | {timing['train_step_s']:.3f} | "
-                         f"{timing['eval_batch_s']:.3f} | {timing['hours_per_run']:.2f} | {runs} | "
-                         f"{timing['hours_per_run'] * runs:.1f} |")
-        lines.append(f"| **{protocol.title}** | **all rows** ({protocol.epochs:,} epochs, {protocol.seeds} seeds"
-                     f"{f', {protocol.protocols} rotation protocols' if protocol.protocols > 1 else ''}) | | | | | | "
-                     f"**{table['total_hours']:.1f}** |")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -262,12 +237,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row}: {timing['train_step_s']:.3f} s a training step, {timing['eval_batch_s']:.3f} s an "
                   f"evaluation batch -> {timing['hours_per_run']:.2f} h a run", file=sys.stderr, flush=True)
         total = sum(t["hours_per_run"] for t in rows.values() if "hours_per_run" in t)
-        record["tables"][name] = {"rows": rows, "total_hours": total * protocol.seeds * protocol.protocols}
+        record["tables"][name] = {
+            "title": protocol.title, "epochs": protocol.epochs, "seeds": protocol.seeds,
+            "protocols": protocol.protocols, "train": protocol.train, "val": protocol.val, "test": protocol.test,
+            "rows": rows, "total_hours": total * protocol.seeds * protocol.protocols,
+        }
     record["load_end"] = os.getloadavg()[0]
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(record, indent=2) + "\n")
-    print(markdown(record) if args.markdown else json.dumps(record, indent=2))
+    from canonical_network.docs_blocks import protocol_cost_table
+
+    print("\n".join(protocol_cost_table(record)) if args.markdown else json.dumps(record, indent=2))
     return 0
 
 

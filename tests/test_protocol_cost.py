@@ -47,6 +47,7 @@ def test_a_measured_row_gives_positive_times_and_its_hours(tmp_path, capsys):
     assert row["hours_per_run"] == pytest.approx(cost.row_hours(cost.PROTOCOLS["rotmnist"], row))
     assert record["tables"]["rotmnist"]["total_hours"] == pytest.approx(row["hours_per_run"] * 5)
     assert "| Table 1 (Rotated MNIST) | `rotmnist/cnn` | 128 |" in capsys.readouterr().out
+    assert record["tables"]["rotmnist"]["epochs"] == 100 and record["tables"]["rotmnist"]["train"] == 10_000
 
 
 def test_bad_arguments_name_the_value_and_the_choices(capsys):
