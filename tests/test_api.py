@@ -79,11 +79,13 @@ def test_keyword_names_and_defaults_are_the_config_keys(name):
     builder = getattr(cn, BUILDERS[name])
     module, _, attribute = cfg._target_.rpartition(".")
     assert getattr(importlib.import_module(module), attribute) is builder
-    # a class's signature is its __init__'s plus prior_weight, which the base class takes (base.py)
+    # a class's signature is its __init__'s plus the keywords the base class's metaclass takes (base.py):
+    # prior_weight and the symmetrization options
     function = builder.__init__ if inspect.isclass(builder) else builder
     parameters = dict(inspect.signature(function).parameters)
     if inspect.isclass(builder):
-        parameters["prior_weight"] = inspect.Parameter("prior_weight", inspect.Parameter.KEYWORD_ONLY, default=0.0)
+        parameters.update({name: p for name, p in inspect.signature(type(builder).__call__).parameters.items()
+                           if p.kind is inspect.Parameter.KEYWORD_ONLY})
     # a product's factors are composed by its defaults list ("vn_deepsets@first"): required keywords (canonicalizers)
     composed = {entry.rpartition("@")[2] for entry in cfg.get("defaults", []) if isinstance(entry, str) and "@" in entry}
     for key in cfg:

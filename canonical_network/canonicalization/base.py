@@ -27,6 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from canonical_network.canonicalization.symmetrization import (
+    SYMMETRIZATIONS,
+    Frame,
+    FrameSpec,
+    repeat_inputs,
+    select_elements,
+    top_member_rows,
+)
 from canonical_network.groups import GroupElement
 from canonical_network.utils.checks import check_number
 
@@ -45,14 +53,25 @@ class _AppliesBaseOptions(type(nn.Module)):
 
     * ``freeze`` is applied once the outermost ``__init__`` has returned, i.e. after every parameter of
       every subclass exists;
-    * ``prior_weight`` (keyword only) is taken out of the constructor's arguments, checked and set here, so
-      a subclass's ``__init__`` never sees it and every canonicalizer honours it.
+    * ``prior_weight`` and the symmetrization options ``symmetrization``, ``frame_size``,
+      ``frame_temperature`` and ``frame_weights`` (keyword only) are taken out of the constructor's
+      arguments, checked and set here, so a subclass's ``__init__`` never sees them and every canonicalizer
+      honours them. A mode the canonicalizer cannot build (:meth:`Canonicalizer.symmetrization_error`) is
+      refused here, at construction, with the reason and the modes it has.
     """
 
-    def __call__(cls, *args: Any, prior_weight: float = 0.0, **kwargs: Any):
+    def __call__(cls, *args: Any, prior_weight: float = 0.0, symmetrization: str = "canonical",
+                 frame_size: int = 2, frame_temperature: float = 1.0, frame_weights: str = "gap", **kwargs: Any):
         prior_weight = check_number("canonicalization.prior_weight", prior_weight, low=0, finite=True)
+        spec = FrameSpec.checked(symmetrization, frame_size, frame_temperature, frame_weights)
         canonicalizer = super().__call__(*args, **kwargs)
         canonicalizer.prior_weight = prior_weight
+        canonicalizer.frame_spec = spec
+        reason = canonicalizer.symmetrization_error(spec.mode)
+        if reason is not None:
+            valid = [m for m in SYMMETRIZATIONS if canonicalizer.symmetrization_error(m) is None]
+            raise ValueError(f"canonicalization.symmetrization={spec.mode!r} is not available for "
+                             f"{cls.__name__} ({canonicalizer.group_name}): {reason}; valid here: {valid}")
         if canonicalizer.freeze:
             canonicalizer.set_frozen(True)
         return canonicalizer
@@ -76,6 +95,12 @@ class Canonicalizer(nn.Module, metaclass=_AppliesBaseOptions):
       :meth:`prior` to its training loss.
     * :meth:`prior` and :meth:`is_identity` say how far the chosen element is from the identity, from the
       group element alone (the one the forward pass used).
+    * ``symmetrization`` (with ``frame_size``, ``frame_temperature``, ``frame_weights``; keywords taken by
+      the metaclass, like ``prior_weight``) says over which weighted elements :class:`CanonicalizedModel`
+      sums φ: ``canonical`` (the one element of :meth:`canonicalize`, the default), ``weighted_frame``,
+      ``sampled`` or ``full`` (``canonicalization/symmetrization.py``). :meth:`frame` builds them; a
+      subclass offering more than ``canonical`` implements :meth:`build_frame` and says which modes it
+      refuses, and why, in :meth:`symmetrization_error`.
     * ``group_name`` names the group in mathematical notation: ``"C4"``, ``"D8"``, ``"SO(2)"``, ``"SO(3)"``,
       ``"O(3)"``, ``"E(3)"``, ``"trivial"``.
     * equiadapt's names, for a training loop written by hand (docs/api.md): ``x_canonical, g = canonicalizer(x)``
@@ -87,6 +112,11 @@ class Canonicalizer(nn.Module, metaclass=_AppliesBaseOptions):
             still evaluated, but no gradient flows into it and optimisers never see its parameters.
         prior_weight: (keyword, taken by the base class) weight of the canonicalization prior in the
             training loss, ≥ 0; 0 (default) turns it off. A frozen canonicalizer gets no gradient from it.
+        symmetrization: (keyword, taken by the base class) ``canonical`` | ``weighted_frame`` | ``sampled`` |
+            ``full``; ``frame_size`` (k ≥ 1, default 2), ``frame_temperature`` (> 0, default 1) and
+            ``frame_weights`` (``gap`` | ``softmax_gap``) are its options (:class:`FrameSpec`). The predictor
+            runs once on ``k·B`` inputs: ``k`` = 1 (canonical), ``frame_size`` (weighted_frame, sampled; 2 ×
+            for an O(3) weighted frame) or ``|G|`` (full).
     """
 
     #: the group the canonicalizer is equivariant to, in mathematical notation (for logs and docs).
@@ -95,6 +125,13 @@ class Canonicalizer(nn.Module, metaclass=_AppliesBaseOptions):
     identity_index: int = 0
     #: weight of the canonicalization prior in the training loss (set by the metaclass; 0 = off)
     prior_weight: float = 0.0
+    #: the symmetrization options (set by the metaclass; the default is the paper's single element)
+    frame_spec: FrameSpec = FrameSpec()
+
+    @property
+    def symmetrization(self) -> str:
+        """``canonicalization.symmetrization``: ``canonical``, ``weighted_frame``, ``sampled`` or ``full``."""
+        return self.frame_spec.mode
 
     def __init__(self, freeze: bool = False) -> None:
         super().__init__()
@@ -133,6 +170,61 @@ class Canonicalizer(nn.Module, metaclass=_AppliesBaseOptions):
     def invert(self, output: torch.Tensor, group_element: GroupElement | None) -> torch.Tensor:
         """Apply h'(x) to the predictor's output. Default: invariant output, returned unchanged."""
         return output
+
+    # --- symmetrization over a frame (canonicalization/symmetrization.py) ---------------------------------
+
+    def symmetrization_error(self, mode: str) -> str | None:
+        """Why this canonicalizer cannot build ``mode`` (``None``: it can). The hook a subclass overrides when
+        it implements :meth:`build_frame`; by default only ``canonical`` is available."""
+        if mode == "canonical":
+            return None
+        return f"{type(self).__name__} builds no frame but its canonical element"
+
+    def build_frame(self, inputs: Inputs, spec: FrameSpec) -> Frame:
+        """The :class:`~canonical_network.canonicalization.symmetrization.Frame` of ``spec.mode`` (never
+        ``canonical``, which :meth:`frame` builds from :meth:`canonicalize`): the ``k·B`` canonical inputs,
+        elements and ``(B, k)`` weights. Implemented by the canonicalizers that support a mode."""
+        raise NotImplementedError(f"{type(self).__name__} builds no {spec.mode} frame")
+
+    def frame(self, *inputs: torch.Tensor, spec: FrameSpec | None = None) -> Frame:
+        """The weighted members φ sums over, for this canonicalizer's ``symmetrization`` (or ``spec``).
+
+        ``canonical``: :meth:`canonicalize`'s inputs and element, weight 1 (``k = 1``). Other modes:
+        :meth:`build_frame`, checked to hold ``k·B`` rows per input and weights ``(B, k)``."""
+        spec = self.frame_spec if spec is None else spec
+        batch = inputs[0].shape[0]
+        if spec.mode == "canonical":
+            canonical, group_element = self.canonicalize(*inputs)
+            weights = torch.ones(batch, 1, dtype=_weight_dtype(inputs), device=inputs[0].device)
+            frame = Frame(canonical, group_element, weights, group_element)
+        else:
+            reason = self.symmetrization_error(spec.mode)
+            if reason is not None:
+                raise ValueError(f"canonicalization.symmetrization={spec.mode!r} is not available for "
+                                 f"{type(self).__name__}: {reason}")
+            frame = self.build_frame(tuple(inputs), spec)
+        if not isinstance(frame.canonical, tuple) or len(frame.canonical) != len(inputs):
+            got = type(frame.canonical).__name__ + (
+                f" of {len(frame.canonical)}" if isinstance(frame.canonical, tuple) else "")
+            raise TypeError(
+                f"{type(self).__name__}.canonicalize must return (a tuple of {len(inputs)} "
+                f"canonical input(s), group element); got {got}"
+            )
+        rows = frame.size * batch
+        if frame.weights.shape[0] != batch or any(x.shape[0] != rows for x in frame.canonical):
+            raise ValueError(f"{type(self).__name__}: a frame of {frame.size} members needs {rows} canonical rows "
+                             f"per input and weights ({batch}, {frame.size}); got "
+                             f"{[tuple(x.shape) for x in frame.canonical]} and {tuple(frame.weights.shape)}")
+        return frame
+
+    def frame_of(self, canonical: Inputs, elements: Any, weights: torch.Tensor) -> Frame:
+        """A :class:`Frame` from its members, with the largest-weight member as the per-sample element."""
+        return Frame(canonical, elements, weights, select_elements(elements, top_member_rows(weights)))
+
+    @staticmethod
+    def repeat_inputs(inputs: Inputs, k: int) -> Inputs:
+        """Every input repeated ``k`` times along the batch, frame-major (``k·B`` rows)."""
+        return repeat_inputs(inputs, k)
 
     # --- equiadapt's names, for a training loop written by hand (docs/api.md) -----------------------------
     # equiadapt keeps the chosen element inside the canonicalizer between calls; here it is returned and
@@ -208,6 +300,10 @@ class Canonicalizer(nn.Module, metaclass=_AppliesBaseOptions):
         return super().train(mode and not self.freeze)
 
 
+def _weight_dtype(inputs: Inputs) -> torch.dtype:
+    return next((x.dtype for x in inputs if x.is_floating_point()), torch.get_default_dtype())
+
+
 class CanonicalizedModel(nn.Module):
     """φ(x) = h'(x) · f(h(x)⁻¹ · x): any predictor made equivariant by a canonicalizer.
 
@@ -235,21 +331,28 @@ class CanonicalizedModel(nn.Module):
             canonicalizer.bind_predictor(predictor)
 
     def canonicalize(self, *inputs: torch.Tensor) -> tuple[Inputs, Any]:
-        """``(h(x)⁻¹ · x as a tuple, h(x))``: what the predictor sees, for logging and figures."""
-        canonical, group_element = self.canonicalizer.canonicalize(*inputs)
-        if not isinstance(canonical, tuple) or len(canonical) != len(inputs):
-            got = type(canonical).__name__ + (f" of {len(canonical)}" if isinstance(canonical, tuple) else "")
-            raise TypeError(
-                f"{type(self.canonicalizer).__name__}.canonicalize must return (a tuple of {len(inputs)} "
-                f"canonical input(s), group element); got {got}"
-            )
-        return canonical, group_element
+        """``(h(x)⁻¹ · x as a tuple, h(x))``: what the predictor sees, for logging and figures (the canonical
+        element, whatever the symmetrization)."""
+        frame = self.canonicalizer.frame(*inputs, spec=FrameSpec())
+        return frame.canonical, frame.element
+
+    def frame_outputs(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, Frame]:
+        """``(h_i'(x) · f(h_i(x)⁻¹ · x) for every member i, the frame)``: outputs ``(k, B, ...)``, one predictor
+        call on the ``k·B`` canonical inputs, each output mapped back by its own element (``invert``)."""
+        frame = self.canonicalizer.frame(*inputs)
+        outputs = self.canonicalizer.invert(self.predictor(*frame.canonical), frame.elements)
+        return outputs.reshape(frame.size, inputs[0].shape[0], *outputs.shape[1:]), frame
 
     def forward_with_element(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """``(φ(x), h(x))``: the output and the group element that produced it, from one forward pass (the
-        task reads the canonicalization prior and the identity rate from that element)."""
-        canonical, group_element = self.canonicalize(*inputs)
-        return self.canonicalizer.invert(self.predictor(*canonical), group_element), group_element
+        task reads the canonicalization prior and the identity rate from that element).
+
+        φ(x) = Σ_i w_i(x) · h_i'(x) · f(h_i(x)⁻¹ · x) over the canonicalizer's frame (one member of weight 1
+        for ``symmetrization=canonical``: the paper's Eq. (1), the same numbers); the element returned is the
+        member of largest weight."""
+        outputs, frame = self.frame_outputs(*inputs)
+        weights = frame.weights.t().to(outputs.dtype).reshape(*frame.weights.t().shape, *([1] * (outputs.dim() - 2)))
+        return (weights * outputs).sum(dim=0), frame.element
 
     def invert_canonicalization(self, output: torch.Tensor, group_element: Any) -> torch.Tensor:
         """h'(x) on an output of the predictor (equiadapt's name; :meth:`Canonicalizer.invert`)."""

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
+from canonical_network.canonicalization.symmetrization import Frame, FrameSpec, discrete_frame
 from canonical_network.groups.image import PlanarElement, act_inverse, element_angles_deg, rotate_deg
 from canonical_network.utils.checks import check_choice, check_fraction, check_int, check_positive
 
@@ -233,6 +234,27 @@ class GCNNCanonicalizer(Canonicalizer):
         g = self._element(weights, index, logits)
         return (act_inverse(images, g),), g
 
+    def symmetrization_error(self, mode: str) -> str | None:
+        if mode != "canonical" and self.selection == "soft":
+            return ("canonicalization.selection=soft already blends the input over the whole orbit; a frame needs "
+                    "selection=ste or gumbel")
+        return None
+
+    def build_frame(self, inputs: tuple[torch.Tensor, ...], spec: FrameSpec) -> Frame:
+        """The members of ``weighted_frame`` (the top ``frame_size`` elements by score, continuous gap weights),
+        ``sampled`` (``frame_size`` draws from ``softmax(scores / frame_temperature)``, the straight-through
+        gradient in training) or ``full`` (all |G| elements, weight 1/|G|): ``symmetrization.discrete_frame``.
+        The scores are permuted by the group as in the canonical mode, so the members and weights of g·x are
+        g times those of x; each member maps the image by ``act_inverse`` as :meth:`canonicalize` does.
+        ``selection`` plays no part (``soft`` is refused); ``temperature`` only sets the prior's logits."""
+        (images,) = inputs
+        scores = self.scores(images)
+        training_gradient = self.training and torch.is_grad_enabled()
+        index, weights, selection = discrete_frame(scores, spec, training_gradient)
+        k = index.shape[0]
+        g = self._element(selection, index.reshape(-1), (scores / self.temperature).repeat(k, 1))
+        return self.frame_of((act_inverse(images.repeat(k, 1, 1, 1), g),), g, weights)
+
     def _element(self, weights: torch.Tensor, index: torch.Tensor, logits: torch.Tensor) -> PlanarElement:
         """The element whose (B, |G|) one-hot ``weights`` select (their gradient, if any, flows to its angle)."""
         return PlanarElement(
@@ -277,6 +299,12 @@ class PCACanonicalizer(Canonicalizer):
 
     def principal_angle_deg(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) → (B,) angle (deg, counter-clockwise from the +x axis) of the oriented principal axis."""
+        return self.oriented_axis(images)[0]
+
+    def oriented_axis(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(angle_deg, skewness)``, both (B,): the oriented principal axis and how clearly its sign is decided,
+        ``Σ m u³ / Σ m |u|³`` ∈ [0, 1] along it (rotation invariant; 0 where the skew vanishes and the sign
+        flips)."""
         with torch.no_grad():
             mass = images.sum(dim=1)
             mass = torch.where(mass >= self.threshold, mass, torch.zeros_like(mass))  # (B, H, W)
@@ -298,7 +326,31 @@ class PCACanonicalizer(Canonicalizer):
             u = dx * axis.cos().view(-1, 1, 1) + dy * axis.sin().view(-1, 1, 1)
             skew = (mass * u**3).sum(dim=(1, 2))
             axis = torch.where(skew < 0, axis + torch.pi, axis)
-        return torch.rad2deg(axis)
+            skewness = skew.abs() / (mass * u.abs() ** 3).sum(dim=(1, 2)).clamp_min(1e-8)
+        return torch.rad2deg(axis), skewness
+
+    def symmetrization_error(self, mode: str) -> str | None:
+        if mode in ("canonical", "weighted_frame"):
+            return None
+        if mode == "full":
+            return "SO(2) is infinite: there is no full frame to average over; use weighted_frame"
+        return "PCA is deterministic: it has no distribution over rotations to sample; use weighted_frame"
+
+    def build_frame(self, inputs: tuple[torch.Tensor, ...], spec: FrameSpec) -> Frame:
+        """``weighted_frame``: the two orientations of the principal axis, ``a`` and ``a + 180°``, weighted
+        ``σ(±2 · skewness / frame_temperature)`` (``frame_size`` does not apply: always 2 members).
+
+        The canonical mode's one jump besides a degenerate (isotropic) covariance is the sign of the skew:
+        as it crosses 0 the axis turns by 180°. Here the two members swap there with weights 1/2 each, so
+        φ is continuous across it; rotating the image rotates both members and leaves the (invariant)
+        skewness alone, so the frame is as equivariant as the canonical mode."""
+        (images,) = inputs
+        axis_deg, skewness = self.oriented_axis(images)
+        angle = torch.cat([axis_deg, axis_deg + 180.0]) - 90.0  # members: frame-major (2·B,)
+        kept = torch.sigmoid(2 * skewness / spec.temperature)
+        g = PlanarElement(angle_deg=angle, reflect=torch.zeros_like(angle))
+        weights = torch.stack([kept, 1 - kept], dim=1).to(images.dtype)
+        return self.frame_of((act_inverse(images.repeat(2, 1, 1, 1), g),), g, weights)
 
     def canonicalize(self, images: torch.Tensor):
         # Rotating by (axis − 90°)⁻¹ brings the oriented axis to +y ("up").

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
+from canonical_network.canonicalization.symmetrization import Frame, FrameSpec, vector_frame
 from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt
 from canonical_network.nn.vector_neurons import VNDropout, VNLinear, vn_leaky_relu, vn_mean_pool
 from canonical_network.utils.checks import check_bool, check_choice, check_fraction, check_int
@@ -197,6 +198,26 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
     def invert(self, output: torch.Tensor, group_element: EuclideanTransform) -> torch.Tensor:
         """Predicted positions ``(B, N, 3)`` back to the input frame: ``pred Rᵀ + t``."""
         return group_element.apply_to_points(output)
+
+    def symmetrization_error(self, mode: str) -> str | None:
+        if mode == "full":
+            return "E(3) is infinite: there is no full frame to average over; use weighted_frame or sampled"
+        if mode != "canonical" and self.authors_code:
+            return "canonicalization.authors_code=true is not equivariant, so neither is any frame built from it"
+        return None
+
+    def build_frame(self, inputs: tuple[torch.Tensor, ...], spec: FrameSpec) -> Frame:
+        """``weighted_frame`` or ``sampled`` rotations from the three frame vectors
+        (``symmetrization.vector_frame``, O(3) Gram–Schmidt: an O(3) weighted frame has ``2·frame_size``
+        members), each with the canonical mode's translation ``t``, which is deterministic in every mode."""
+        loc, vel, charges = inputs
+        vectors, centroid = self.frame_vectors(loc, vel, charges)
+        rotations, weights = vector_frame(vectors[:, :3], "O3", spec)
+        k = weights.shape[1]
+        translation = centroid + vectors[:, 3] if self.translation == "learned" else centroid
+        g = EuclideanTransform(rotations, translation.repeat(k, 1))
+        loc, vel, charges = self.repeat_inputs(inputs, k)
+        return self.frame_of((g.inverse_on_points(loc), g.inverse_on_vectors(vel), charges), g, weights)
 
 
 __all__ = ["FEATURES", "TRANSLATIONS", "VNDeepSetsCanonicalizer", "VNDeepSetsLayer"]

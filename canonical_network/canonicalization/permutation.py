@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer, Inputs
+from canonical_network.canonicalization.symmetrization import Frame, FrameSpec
 from canonical_network.groups.permutation import PermutationElement, permute, unpermute
 from canonical_network.utils.checks import check_choice, check_int, check_positive
 
@@ -181,6 +182,10 @@ class PermutationCanonicalizer(Canonicalizer):
             tiny = torch.finfo(scores.dtype).tiny
             noise = -torch.empty_like(scores).exponential_().clamp_min(tiny).log()
             scores = scores + self.temperature * noise.detach()
+        return self._element_from_scores(scores)
+
+    def _element_from_scores(self, scores: torch.Tensor) -> PermutationElement:
+        """The sort of ``scores`` ``(B, n)`` and, when a gradient can flow, the relaxed matrix (module docstring)."""
         perm = scores.argsort(dim=-1, stable=True)
         if self.selection != "soft" and not scores.requires_grad:
             # The fast path: the hard forward reads the sort alone; the Sinkhorn matrix only carries the
@@ -220,6 +225,35 @@ class PermutationCanonicalizer(Canonicalizer):
         n = inputs[0].shape[1]
         return tuple(self._move(g, x, inverse=False) if x.dim() >= 2 and x.shape[1] == n else x
                      for x in inputs), g
+
+    def symmetrization_error(self, mode: str) -> str | None:
+        if mode == "full":
+            return "S_n has n! elements: averaging over all orders is infeasible; use sampled"
+        if mode == "weighted_frame":
+            return ("no weighted frame of S_n is implemented (a continuous one needs candidate orders around every "
+                    "near-tie of the scores); use sampled, or canonical")
+        if mode == "sampled" and self.selection == "soft":
+            return "canonicalization.selection=soft applies a doubly stochastic matrix, not an order to sample"
+        return None
+
+    def build_frame(self, inputs: Inputs, spec: FrameSpec) -> Frame:
+        """``sampled``: ``frame_size`` orders, each the sort of the scores plus ``frame_temperature`` times
+        i.i.d. Gumbel(0, 1) noise — a Plackett–Luce draw (the Gumbel-max trick for orders). Permuting the
+        elements permutes the scores and leaves the noise's law unchanged, so the law of the order of ``P·x``
+        is ``P`` composed with that of ``x``: equivariant in distribution. In training the drawn orders carry
+        the straight-through Sinkhorn gradient of the ``ste`` selection."""
+        scores = self.scores(*inputs)
+        k = spec.size
+        tiny = torch.finfo(scores.dtype).tiny
+        noise = -torch.empty(k * scores.shape[0], scores.shape[1], dtype=scores.dtype,
+                             device=scores.device).exponential_().clamp_min(tiny).log()
+        g = self._element_from_scores(scores.repeat(k, 1) + spec.temperature * noise)
+        repeated = self.repeat_inputs(inputs, k)
+        n = inputs[0].shape[1]
+        canonical = tuple(self._move(g, x, inverse=False) if x.dim() >= 2 and x.shape[1] == n else x
+                          for x in repeated)
+        weights = torch.full((scores.shape[0], k), 1.0 / k, dtype=scores.dtype, device=scores.device)
+        return self.frame_of(canonical, g, weights)
 
     def invert(self, output: torch.Tensor, group_element: PermutationElement) -> torch.Tensor:
         """``Pᵀ y`` for per-element outputs ``(B, n, ...)``; invariant outputs unchanged."""

@@ -71,6 +71,7 @@ import torch
 from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
+from canonical_network.canonicalization.symmetrization import Frame, FrameSpec, vector_frame
 from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt, invert_rotation
 from canonical_network.nn.knn import EXACT, graph_feature
 from canonical_network.nn.vector_neurons import (
@@ -280,6 +281,20 @@ class VNPointCloudCanonicalizer(Canonicalizer):
         category) pass through. The element is a rotation about the origin (``EuclideanTransform``, t = 0)."""
         rotation = self.group_element(points)
         return (invert_rotation(points, rotation), *rest), EuclideanTransform.from_rotation(rotation)
+
+    def symmetrization_error(self, mode: str) -> str | None:
+        if mode == "full":
+            return f"{self.group_name} is infinite: there is no full frame to average over; use weighted_frame or sampled"
+        return None
+
+    def build_frame(self, inputs: tuple[torch.Tensor, ...], spec: FrameSpec) -> Frame:
+        """``weighted_frame`` or ``sampled`` rotations from the three pooled vectors
+        (``symmetrization.vector_frame``, with this canonicalizer's Gram–Schmidt ``group``; an O3 weighted
+        frame has ``2·frame_size`` members); the other inputs are repeated, as they pass through."""
+        rotations, weights = vector_frame(self.frame_vectors(inputs[0]), self.group, spec)
+        points, *rest = self.repeat_inputs(inputs, weights.shape[1])
+        g = EuclideanTransform.from_rotation(rotations)
+        return self.frame_of((invert_rotation(points, rotations), *rest), g, weights)
 
 
 __all__ = [

@@ -35,7 +35,9 @@ def _run_config(path: Path, checkpoint: dict):
     )
 
 
-def from_checkpoint(checkpoint: str | None, freeze: bool = True, prior_weight: float = 0.0) -> Canonicalizer:
+def from_checkpoint(checkpoint: str | None, freeze: bool = True, prior_weight: float = 0.0,
+                    symmetrization: str = "canonical", frame_size: int = 2, frame_temperature: float = 1.0,
+                    frame_weights: str = "gap") -> Canonicalizer:
     """Rebuild the canonicalizer of the run that wrote ``checkpoint`` and load its trained weights.
 
     Args:
@@ -44,6 +46,9 @@ def from_checkpoint(checkpoint: str | None, freeze: bool = True, prior_weight: f
         freeze: keep it fixed while the new predictor trains (the paper's setting).
         prior_weight: the canonicalization prior's weight in *this* run (replaces the source run's); it
             only moves h with ``freeze=False``.
+        symmetrization, frame_size, frame_temperature, frame_weights: *this* run's symmetrization of the
+            rebuilt canonicalizer (replacing the source run's; the base class checks them,
+            ``canonicalization/symmetrization.py``).
     """
     if not checkpoint:
         raise ValueError("canonicalization.checkpoint is required: the path of a finished CN run's checkpoint")
@@ -59,6 +64,9 @@ def from_checkpoint(checkpoint: str | None, freeze: bool = True, prior_weight: f
     check_targets(OmegaConf.to_container(canon_cfg, resolve=True), f"{path} (its canonicalization)")
     canon_cfg.freeze = bool(freeze)
     canon_cfg.prior_weight = prior_weight  # checked by the Canonicalizer base class
+    for key, value in (("symmetrization", symmetrization), ("frame_size", frame_size),
+                       ("frame_temperature", frame_temperature), ("frame_weights", frame_weights)):
+        canon_cfg[key] = value  # checked by the Canonicalizer base class too
     canonicalizer = hydra.utils.instantiate(canon_cfg)
     state = checkpoint_dict["state_dict"]
     weights = {k[len(PREFIX):]: v for k, v in state.items() if k.startswith(PREFIX)}

@@ -18,6 +18,10 @@ a rotation acts on each element's coordinates, a permutation on their order):
 * for ``(g, P)`` acting on ``x``: ``h₁`` returns ``g h₁(x)``, the canonical input is ``P`` applied to the
   former one, ``h₂`` returns ``P`` composed with the former order, and the predictor sees the same numbers.
 
+``symmetrization`` is the product's too (``canonicalization/symmetrization.py``): the first factor builds
+the frame (weighted_frame, sampled; E(3) and SO(3) have no full frame) and the second orders each member's
+canonical input (canonically, or by a draw of its own for ``sampled``); the factors' own keys stay canonical.
+
 ``freeze`` and ``prior_weight`` are the product's (the base class's options): freezing it freezes both
 factors; its prior is the sum of the factors' priors (each the factor's own distance to the identity).
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from canonical_network.canonicalization.base import Canonicalizer, Inputs
+from canonical_network.canonicalization.symmetrization import Frame, FrameSpec
 from canonical_network.groups.product import ProductElement
 
 
@@ -50,6 +55,10 @@ class ProductCanonicalizer(Canonicalizer):
             if factor.needs_predictor:
                 raise ValueError(f"ProductCanonicalizer: canonicalization.{name} ({type(factor).__name__}) scores "
                                  "with the predictor; a factor of a product cannot")
+            if factor.symmetrization != "canonical":
+                raise ValueError(f"ProductCanonicalizer: canonicalization.{name}.symmetrization="
+                                 f"{factor.symmetrization!r}; a product's symmetrization is its own "
+                                 "(canonicalization.symmetrization), its factors' must stay canonical")
         self.first = first
         self.second = second
         self.group_name = f"{first.group_name}×{second.group_name}"
@@ -59,6 +68,25 @@ class ProductCanonicalizer(Canonicalizer):
         posed, g_first = self.first.canonicalize(*inputs)
         canonical, g_second = self.second.canonicalize(*posed)
         return canonical, ProductElement(g_first, g_second)
+
+    def symmetrization_error(self, mode: str) -> str | None:
+        if mode == "canonical":
+            return None
+        reason = self.first.symmetrization_error(mode)
+        return None if reason is None else f"its first factor: {reason}"
+
+    def build_frame(self, inputs: Inputs, spec: FrameSpec) -> Frame:
+        """The first factor's frame, each member's canonical input then ordered by the second factor: its
+        canonical order (``weighted_frame``), or one draw of its own per member when it can sample
+        (``sampled``: ``k`` draws of the pair, the first's law times the second's given the first). The
+        weights are the first factor's; the pair ``(g₁, g₂)`` of each member acts as in the canonical mode."""
+        first = self.first.frame(*inputs, spec=spec)
+        if spec.mode == "sampled" and self.second.symmetrization_error("sampled") is None:
+            second = self.second.frame(*first.canonical, spec=spec.with_mode("sampled", size=1))
+            canonical, g_second = second.canonical, second.elements
+        else:
+            canonical, g_second = self.second.canonicalize(*first.canonical)
+        return self.frame_of(canonical, ProductElement(first.elements, g_second), first.weights)
 
     def invert(self, output: torch.Tensor, group_element: ProductElement) -> torch.Tensor:
         """``h₁' · h₂' · y``: the second factor's inverse first (the order), then the first's (the pose)."""

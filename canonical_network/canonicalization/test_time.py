@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
+from canonical_network.canonicalization.symmetrization import Frame, FrameSpec, discrete_frame
 from canonical_network.groups.image import PlanarElement, element_angles_deg, rotate_deg
 from canonical_network.utils.checks import check_choice, check_int
 
@@ -146,23 +147,49 @@ class TestTimeCanonicalizer(Canonicalizer):
             predictor.train(was_training)
         return torch.stack(columns, dim=-1)
 
-    def canonicalize(self, *inputs: torch.Tensor):
+    def _candidates(self, inputs: tuple[torch.Tensor, ...]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Every candidate ``g_k⁻¹ · x`` (exact where the grid allows, :func:`inverse_exact`) and f's (B, |G|)
+        confidence in each."""
         if len(inputs) != 1 or inputs[0].dim() != 4:
             shapes = [tuple(x.shape) for x in inputs]
             raise TypeError(f"TestTimeCanonicalizer rotates images: one (B, C, H, W) input, got shapes {shapes}")
-        images = inputs[0]
-        candidates = [inverse_exact(images, angle, reflect) for angle, reflect in self.elements]
-        scores = self.scores(candidates)
-        index = scores.argmax(dim=-1)  # ties: the first candidate (documented above)
-        stacked = torch.stack(candidates, dim=1)  # (B, |G|, C, H, W)
-        batch = torch.arange(images.shape[0], device=images.device)
-        canonical = stacked[batch, index]
-        angles = torch.tensor([a for a, _ in self.elements], dtype=images.dtype, device=images.device)
-        reflects = torch.tensor([float(r) for _, r in self.elements], dtype=images.dtype, device=images.device)
-        g = PlanarElement(
+        candidates = [inverse_exact(inputs[0], angle, reflect) for angle, reflect in self.elements]
+        return candidates, self.scores(candidates)
+
+    def _element(self, index: torch.Tensor, scores: torch.Tensor, like: torch.Tensor) -> PlanarElement:
+        """The elements of ``index`` (any shape of indices into :attr:`elements`, with their rows of scores)."""
+        angles = torch.tensor([a for a, _ in self.elements], dtype=like.dtype, device=like.device)
+        reflects = torch.tensor([float(r) for _, r in self.elements], dtype=like.dtype, device=like.device)
+        return PlanarElement(
             angle_deg=angles[index],
             reflect=reflects[index],
             index=index if self.has_index else None,
             logits=scores if self.has_index else None,  # the prior's selection scores (finite groups only)
         )
-        return (canonical,), g
+
+    def canonicalize(self, *inputs: torch.Tensor):
+        candidates, scores = self._candidates(inputs)
+        index = scores.argmax(dim=-1)  # ties: the first candidate (documented above)
+        stacked = torch.stack(candidates, dim=1)  # (B, |G|, C, H, W)
+        batch = torch.arange(inputs[0].shape[0], device=inputs[0].device)
+        return (stacked[batch, index],), self._element(index, scores, inputs[0])
+
+    def symmetrization_error(self, mode: str) -> str | None:
+        if mode == "full" and not self.has_index:
+            return ("canonicalization.angles is a grid of SO(2) angles, not a group: averaging over it is not "
+                    "invariant; full needs a finite group (num_rotations, reflection)")
+        return None
+
+    def build_frame(self, inputs: tuple[torch.Tensor, ...], spec: FrameSpec) -> Frame:
+        """``weighted_frame``, ``sampled`` or ``full`` over the candidate poses, scored by f's confidence
+        (``symmetrization.discrete_frame``); each member is the very candidate tensor the canonical mode would
+        pick, so the exactness argument of the class docstring holds member by member. f's confidence carries
+        no gradient, so neither do the weights (nor any straight-through term)."""
+        candidates, scores = self._candidates(inputs)
+        index, weights, _ = discrete_frame(scores, spec)
+        stacked = torch.stack(candidates, dim=0)  # (|G|, B, C, H, W)
+        batch = torch.arange(inputs[0].shape[0], device=inputs[0].device)
+        members = stacked[index, batch.unsqueeze(0)].flatten(0, 1)  # (k·B, C, H, W), frame-major
+        flat = index.reshape(-1)
+        g = self._element(flat, scores.repeat(index.shape[0], 1), inputs[0])
+        return self.frame_of((members,), g, weights.to(inputs[0].dtype))
