@@ -618,6 +618,7 @@ def generate_synthetic_shapes40(
     noise_std: float = 0.02,
     part_dropout: float = 0.15,
     sampling_bias: float = 1.5,
+    categories: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Generate ``num_shapes`` clouds of the 40 classes, balanced (they differ by at most one), in random order.
 
@@ -628,6 +629,8 @@ def generate_synthetic_shapes40(
         noise_std: Gaussian noise added after scaling into the unit sphere.
         part_dropout: probability that an optional part is left out of a shape (per part and shape).
         sampling_bias: the largest density strength ``s`` (density ∝ exp(s · <x, d>), x in the unit sphere).
+        categories: the class of each shape (``num_shapes`` indices into :data:`SHAPES40_CLASSES`) instead of
+            balanced random classes.
 
     Returns:
         ``points`` (N, P, 3) float32 in canonical pose (z up, +x front, centred, inside the unit sphere up to
@@ -640,7 +643,12 @@ def generate_synthetic_shapes40(
     check_number("part_dropout", part_dropout, low=0, high=0.99)
     check_number("sampling_bias", sampling_bias, low=0)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    categories = rng.permutation(np.arange(num_shapes) % len(_CLASSES)).astype(np.int64)
+    if categories is None:
+        categories = rng.permutation(np.arange(num_shapes) % len(_CLASSES)).astype(np.int64)
+    else:
+        categories = np.asarray(categories, dtype=np.int64)
+        if categories.shape != (num_shapes,) or (num_shapes and not 0 <= categories.min() <= categories.max() < 40):
+            raise ValueError(f"categories must be {num_shapes} class indices in 0..39; got shape {categories.shape}")
     points = np.zeros((num_shapes, num_points, 3))
     part_labels = np.zeros((num_shapes, num_points), dtype=np.int64)
     candidates = CANDIDATES_PER_POINT * num_points
