@@ -54,7 +54,7 @@ from canonical_network.utils.checks import check_choice, check_int, check_number
 
 log = logging.getLogger(__name__)
 
-SCALE_JITTER = 0.2
+SCALE_JITTER = 0.35
 CANDIDATES_PER_POINT = 2  # candidates drawn per kept point for the non-uniform sampling
 
 
@@ -615,10 +615,11 @@ def generate_synthetic_shapes40(
     num_shapes: int,
     num_points: int = 1024,
     seed: int | np.random.Generator = 0,
-    noise_std: float = 0.02,
-    part_dropout: float = 0.15,
-    sampling_bias: float = 1.5,
+    noise_std: float = 0.03,
+    part_dropout: float = 0.3,
+    sampling_bias: float = 3.0,
     categories: np.ndarray | None = None,
+    scale_jitter: float = SCALE_JITTER,
 ) -> dict[str, np.ndarray]:
     """Generate ``num_shapes`` clouds of the 40 classes, balanced (they differ by at most one), in random order.
 
@@ -631,6 +632,7 @@ def generate_synthetic_shapes40(
         sampling_bias: the largest density strength ``s`` (density ∝ exp(s · <x, d>), x in the unit sphere).
         categories: the class of each shape (``num_shapes`` indices into :data:`SHAPES40_CLASSES`) instead of
             balanced random classes.
+        scale_jitter: each shape is scaled by a factor drawn from ``[1 - scale_jitter, 1 + scale_jitter]`` per axis.
 
     Returns:
         ``points`` (N, P, 3) float32 in canonical pose (z up, +x front, centred, inside the unit sphere up to
@@ -642,6 +644,7 @@ def generate_synthetic_shapes40(
     check_number("noise_std", noise_std, low=0)
     check_number("part_dropout", part_dropout, low=0, high=0.99)
     check_number("sampling_bias", sampling_bias, low=0)
+    check_number("scale_jitter", scale_jitter, low=0, high=0.9)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     if categories is None:
         categories = rng.permutation(np.arange(num_shapes) % len(_CLASSES)).astype(np.int64)
@@ -660,7 +663,7 @@ def generate_synthetic_shapes40(
         shapes = _Shapes(rng, n, part_dropout)
         build(shapes)
         cloud, local = _sample_surface(rng, shapes.prims, len(parts), candidates)
-        cloud = cloud * rng.uniform(1 - SCALE_JITTER, 1 + SCALE_JITTER, (n, 1, 3))
+        cloud = cloud * rng.uniform(1 - scale_jitter, 1 + scale_jitter, (n, 1, 3))
         cloud -= cloud.mean(axis=1, keepdims=True)
         cloud /= np.linalg.norm(cloud, axis=-1).max(axis=1)[:, None, None].clip(min=1e-12)
         # Keep num_points of the candidates with weights exp(s <x, d>): Gumbel top-k draws without replacement.
@@ -688,7 +691,7 @@ class SyntheticShapes40DataModule(SyntheticShapesDataModule):
         task: ``classification`` (the only one: part labels are not served).
         num_train, num_val, num_test: clouds per split.
         num_points: points per cloud.
-        noise_std, part_dropout, sampling_bias: the difficulty (:func:`generate_synthetic_shapes40`).
+        noise_std, part_dropout, sampling_bias, scale_jitter: the difficulty (:func:`generate_synthetic_shapes40`).
         rotation: train/test rotation protocol (``z/z``, ``z/so3``, ``so3/so3``, ...).
         data_seed: seed of the shapes and of the fixed evaluation rotations.
         batch_size, num_workers, pin_memory: DataLoader arguments.
@@ -711,9 +714,10 @@ class SyntheticShapes40DataModule(SyntheticShapesDataModule):
         num_val: int = 800,
         num_test: int = 800,
         num_points: int = 1024,
-        noise_std: float = 0.02,
-        part_dropout: float = 0.15,
-        sampling_bias: float = 1.5,
+        noise_std: float = 0.03,
+        part_dropout: float = 0.3,
+        sampling_bias: float = 3.0,
+        scale_jitter: float = SCALE_JITTER,
         rotation: str = "z/z",
         data_seed: int = 0,
         batch_size: int = 32,
@@ -725,7 +729,8 @@ class SyntheticShapes40DataModule(SyntheticShapesDataModule):
                          batch_size, num_workers, pin_memory)
         self.part_dropout = float(check_number("data.part_dropout", part_dropout, low=0, high=0.99))
         self.sampling_bias = float(check_number("data.sampling_bias", sampling_bias, low=0))
+        self.scale_jitter = float(check_number("data.scale_jitter", scale_jitter, low=0, high=0.9))
 
     def generate(self, size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         return generate_synthetic_shapes40(size, self.num_points, rng, self.noise_std, self.part_dropout,
-                                           self.sampling_bias)
+                                           self.sampling_bias, scale_jitter=self.scale_jitter)
