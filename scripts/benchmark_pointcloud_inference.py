@@ -8,9 +8,14 @@ points, as in Table 5):
 
 * vanilla: ``PointNet``, ``DGCNN``;
 * Vector Neuron: ``VNPointNet``, ``VNDGCNN`` (Deng et al. 2021);
-* canonicalization, CN(NL) (``VNPointCloudCanonicalizer``) in front of the same vanilla network, with both
-  input stages side by side: ``cn``, the paper's kNN edge features (``input="edges"``, k = 20, the
-  ModelNet40 rows), and ``cn_pointwise``, our O(P) second-moment input (``input="pointwise"``).
+* canonicalization (``VNPointCloudCanonicalizer``) in front of the same vanilla network: ``cn``, CN(NL) on the
+  paper's kNN edge features (``input="edges"``, k = 20, the ModelNet40 rows); ``cn_pointwise``, CN(NL) on our
+  O(P) second-moment input (``input="pointwise"``); ``cn_linear``, CN(L) on the kNN edge features (the
+  authors' ``VNSmall``, one linear VN layer).
+
+``--backbones PointNet`` times the PointNet rows only (DGCNN's own kNN graphs make its rows the slow ones at
+1,024 points); ``--variants vanilla cn_linear`` times those variants only (the vanilla network always: every
+ratio is to it).
 
 Clouds: ``--num-clouds`` synthetic ones (default 2,468, the size of ModelNet40's test split; points on
 randomly stretched spheres: the content does not change the cost), or the test split itself from the
@@ -61,23 +66,36 @@ MODELNET40_TEST_CLOUDS = 2468
 PAPER_SECONDS = paper_inference()["table5a"]["seconds"]
 #: what this reproduction aims for, per backbone (paper: CN/vanilla 1.11 and 1.09, VN/CN 1.5 and 1.56)
 TARGETS = {"cn_over_vanilla_max": 1.05, "vn_over_cn_min": 1.5}
-#: the timed variants per backbone; "cn" and "cn_pointwise" are CN(NL) with the two input stages
-VARIANTS = ("vanilla", "vn", "cn", "cn_pointwise")
-#: the CN variants and their canonicalizer input (k = 20: the ModelNet40 rows)
-CN_INPUTS = {"cn": "edges", "cn_pointwise": "pointwise"}
+#: the timed variants per backbone; "cn" and "cn_pointwise" are CN(NL) with the two input stages, "cn_linear"
+#: CN(L) with the paper's edge input
+VARIANTS = ("vanilla", "vn", "cn", "cn_pointwise", "cn_linear")
+#: the CN variants: their canonicalizer's layers and input (k = 20: the ModelNet40 rows)
+CN_VARIANTS = {"cn": ("nonlinear", "edges"), "cn_pointwise": ("nonlinear", "pointwise"), "cn_linear": ("linear", "edges")}
+#: the suffix of each CN variant's ratio keys ("cn_over_vanilla<suffix>", "vn_over_cn<suffix>")
+RATIO_SUFFIX = {"cn": "", "cn_pointwise": "_pointwise", "cn_linear": "_linear"}
 #: the variants as the report names them
 VARIANT_LABELS = {"vanilla": "vanilla", "vn": "Vector Neuron", "cn": "CN(NL), kNN edge input (the paper's)",
-                  "cn_pointwise": "CN(NL), pointwise input (ours)"}
+                  "cn_pointwise": "CN(NL), pointwise input (ours)", "cn_linear": "CN(L), kNN edge input (the paper's)"}
+#: the backbones, their vanilla and Vector Neuron networks
+BACKBONES = {"PointNet": (PointNet, VNPointNet), "DGCNN": (DGCNN, VNDGCNN)}
 
 
-def build_models(seed: int) -> dict[str, dict[str, nn.Module]]:
-    """``{backbone: {variant: model}}`` for the :data:`VARIANTS`, reference widths, ModelNet40 heads."""
+def build_models(
+    seed: int, backbones: tuple[str, ...] = tuple(BACKBONES), variants: tuple[str, ...] = VARIANTS
+) -> dict[str, dict[str, nn.Module]]:
+    """``{backbone: {variant: model}}`` for ``variants`` (of :data:`VARIANTS`), reference widths, ModelNet40
+    heads."""
     torch.manual_seed(seed)
     models: dict[str, dict[str, nn.Module]] = {}
-    for name, vanilla, vn in (("PointNet", PointNet, VNPointNet), ("DGCNN", DGCNN, VNDGCNN)):
-        models[name] = {"vanilla": vanilla(head="classification"), "vn": vn(head="classification")}
-        for variant, stage in CN_INPUTS.items():
-            canonicalizer = VNPointCloudCanonicalizer(layers="nonlinear", input=stage, k=20)
+    for name in backbones:
+        vanilla, vn = BACKBONES[name]
+        models[name] = {"vanilla": vanilla(head="classification")}
+        if "vn" in variants:
+            models[name]["vn"] = vn(head="classification")
+        for variant, (layers, stage) in CN_VARIANTS.items():
+            if variant not in variants:
+                continue
+            canonicalizer = VNPointCloudCanonicalizer(layers=layers, input=stage, k=20)
             models[name][variant] = CanonicalizedModel(canonicalizer, vanilla(head="classification"))
     return models
 
@@ -140,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backbones", nargs="+", choices=tuple(BACKBONES), default=list(BACKBONES),
+                        help="the backbones to time (default: both)")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                        help="the variants to time (default: all; vanilla is always timed)")
     parser.add_argument("--output", "--json", dest="output", type=Path,
                         default=Path("outputs/benchmarks/pointcloud_inference.json"), help="the JSON record")
     args = parser.parse_args(argv)
@@ -161,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         num_clouds = MODELNET40_TEST_CLOUDS if args.num_clouds is None else args.num_clouds
         clouds, source = synthetic_clouds(num_clouds, args.points, args.seed), "synthetic"
     batches = list(clouds.split(args.batch_size))
-    models = build_models(args.seed)
+    variants = tuple(v for v in VARIANTS if v == "vanilla" or v in args.variants)
+    models = build_models(args.seed, tuple(dict.fromkeys(args.backbones)), variants)
     for variants in models.values():
         for model in variants.values():
             model.to(device).eval()
@@ -170,11 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(clouds)} clouds ({source}) x {args.points} points, batch {args.batch_size}, "
         f"{len(batches)} batches; device {device}, {torch.get_num_threads()} threads; {args.repeats} repeats"
     )
-    names = [(backbone, variant) for backbone in models for variant in VARIANTS]
+    names = [(backbone, variant) for backbone in models for variant in variants]
     for backbone, variant in names:  # warm-up: allocator, kernels, oneDNN primitives
         time_model(models[backbone][variant], batches[:1], device)
 
-    seconds: dict[str, dict[str, list[float]]] = {b: {v: [] for v in VARIANTS} for b in models}
+    seconds: dict[str, dict[str, list[float]]] = {b: {v: [] for v in variants} for b in models}
     for repeat in range(args.repeats):
         for backbone, variant in names:
             elapsed = time_model(models[backbone][variant], batches, device)
@@ -185,21 +208,24 @@ def main(argv: list[str] | None = None) -> int:
             )
 
     median = {b: {v: statistics.median(t) for v, t in per.items()} for b, per in seconds.items()}
-    # "cn_over_vanilla" / "vn_over_cn": the paper's edge input; "*_pointwise": ours.
+    # "cn_over_vanilla" / "vn_over_cn": CN(NL), the paper's edge input; "*_pointwise": ours; "*_linear": CN(L).
     ratios = {
         b: {
             key: value
-            for cn, suffix in (("cn", ""), ("cn_pointwise", "_pointwise"))
+            for cn, suffix in RATIO_SUFFIX.items()
+            if cn in m
             for key, value in (
                 (f"cn_over_vanilla{suffix}", m[cn] / m["vanilla"]),
-                (f"vn_over_cn{suffix}", m["vn"] / m[cn]),
+                (f"vn_over_cn{suffix}", m["vn"] / m[cn] if "vn" in m else None),
             )
+            if value is not None
         }
         for b, m in median.items()
     }
     paper_ratios = {
         b: {"cn_over_vanilla": p["cn"] / p["vanilla"], "vn_over_cn": p["vn"] / p["cn"]}
         for b, p in PAPER_SECONDS.items()
+        if b in models
     }
     met = {
         b: {
@@ -212,19 +238,20 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     print(f"\nMedian seconds for {len(clouds)} clouds (paper: 2,468 clouds on 1 A100 + 8 CPUs)")
-    print(f"{'backbone':10s} {'vanilla':>9s} {'VN':>9s} {'CN edges':>9s} {'CN pointw':>9s} | {'paper':>17s}")
+    print(f"{'backbone':10s} {'vanilla':>9s} {'VN':>9s} {'CN edges':>9s} {'CN pointw':>9s} {'CN(L)':>9s} | "
+          f"{'paper':>17s}")
     for b, m in median.items():
         p = PAPER_SECONDS[b]
         paper = f"{p['vanilla']:.0f} / {p['vn']:.0f} / {p['cn']:.0f} s"
-        row = f"{m['vanilla']:9.2f} {m['vn']:9.2f} {m['cn']:9.2f} {m['cn_pointwise']:9.2f}"
+        row = " ".join(f"{m[v]:9.2f}" if v in m else f"{'-':>9s}" for v in VARIANTS)
         print(f"{b:10s} {row} | {paper:>17s}")
     print(f"\n{'ratio':32s} {'ours':>6s} {'paper':>6s} {'target':>8s}")
     for b, r in ratios.items():
         pr = paper_ratios[b]
         for key, value in r.items():
-            base = key.removesuffix("_pointwise")
+            base = key.removesuffix("_pointwise").removesuffix("_linear")
             label = f"{b} {'CN/vanilla' if base == 'cn_over_vanilla' else 'VN/CN'}"
-            label += " (pointwise)" if key.endswith("_pointwise") else " (edges)"
+            label += " (pointwise)" if key.endswith("_pointwise") else " (CN(L))" if key.endswith("_linear") else " (edges)"
             target = "<= 1.05" if base == "cn_over_vanilla" else ">= 1.5"
             flag = "met" if met[b][key] else "MISSED"
             print(f"{label:32s} {value:6.2f} {pr[base]:6.2f} {target:>8s}  {flag}")
@@ -243,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             "params": parameters[b][v],
         }
         for b in models
-        for v in VARIANTS
+        for v in variants
     ]
     record = {
         "schema": SCHEMA,
@@ -264,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             "threads": torch.get_num_threads(),
             "device": str(device),
             "seed": args.seed,
+            "backbones": list(models),
+            "variants": list(variants),
         },
         "order_per_repeat": [f"{b}/{v}" for b, v in names],
         "unit": "s",
@@ -274,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": seconds,
         "median_seconds": median,
         "ratios": ratios,
-        "paper_seconds": PAPER_SECONDS,
+        "paper_seconds": {b: PAPER_SECONDS[b] for b in models},
         "paper_ratios": paper_ratios,
         "targets": TARGETS,
         "targets_met": met,

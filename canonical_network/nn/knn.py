@@ -2,8 +2,20 @@
 
 PyG's ``knn``/``knn_graph`` need the compiled extensions ``pyg-lib`` or ``torch-cluster``, which the package
 does not depend on (they could not be installed where it was developed: ``docs/measurements.md``), so the
-graph is built densely: a batched ``torch.cdist`` and ``topk``. That is ``O(B N²)`` memory, fine for the
-point clouds of the paper (N ≤ 2048).
+graph is built in torch, in one of two ways:
+
+* dense: a batched ``torch.cdist`` and ``topk``, ``O(B N²)`` time and memory (feature-space graphs, such as
+  DGCNN's, and small or float64 point sets);
+* pruned (:func:`knn` with ``compute_mode=EXACT`` on float32 3-D coordinates of at least
+  :data:`PRUNED_MIN_POINTS` points on the CPU; the canonicalizers' input graphs): the same neighbours without
+  the ``N × N`` matrix. Points are split into k-d leaves; each leaf compares its points with the points of
+  the :data:`LEAVES_SEARCHED` leaves nearest to it only, first through cheap squared distances from one
+  matrix product, then with the exact distances of the dense search (the same float32 values; the tests
+  check it), and every point whose result could differ from the dense one (a leaf not searched that comes
+  closer than its k-th candidate, or a k-th and (k+1)-th candidate closer than the matrix product's
+  rounding) is searched again, exactly, over its candidates or all points. Its result is the dense
+  search's: same neighbours, nearest first, except that exactly equidistant points are ordered by index.
+  What it saves: ``docs/measurements.md`` (point-cloud canonicalizers against PointNet at 1,024 points).
 
 Layouts: ordinary features are channel-first ``(B, C, N)`` (DGCNN's layout); Vector Neuron features are
 ``(B, C, 3, N)``. Distances between VN features use all ``3C`` coordinates, which is O(3)-invariant, so the
@@ -19,6 +31,13 @@ import torch
 #: for a rotated input (canonicalizers). Default: let torch choose (matmul for large sets).
 FAST = "use_mm_for_euclid_dist_if_necessary"
 EXACT = "donot_use_mm_for_euclid_dist"
+#: the pruned search: points per k-d leaf (at least), leaves searched per leaf (its own included), and the
+#: smallest point set it is used for (below, the dense search is as fast)
+LEAF_SIZE = 16
+LEAVES_SEARCHED = 12
+PRUNED_MIN_POINTS = 512
+#: unit roundoff of float32
+_ROUNDOFF = 2.0**-24
 
 
 def _flatten_points(x: torch.Tensor) -> torch.Tensor:
@@ -43,8 +62,9 @@ def knn(x: torch.Tensor, k: int, *, include_self: bool = True, compute_mode: str
 
     Returns:
         ``(B, N, k)`` int64. Permuting the points permutes rows and relabels entries accordingly (the
-        neighbour *sets* are permutation-equivariant); among exactly equidistant candidates at the k-th
-        place (duplicate points, symmetric shapes) the choice is arbitrary.
+        neighbour *sets* are permutation-equivariant). Exactly equidistant candidates (duplicate points,
+        symmetric shapes): the pruned search (module docstring) orders them by index, the dense one as
+        ``topk`` leaves them; both are deterministic, and on inputs without such ties they agree.
     """
     points = _flatten_points(x)
     n = points.shape[1]
@@ -53,10 +73,159 @@ def knn(x: torch.Tensor, k: int, *, include_self: bool = True, compute_mode: str
         raise ValueError(f"k must lie in [1, {max_k}] for {n} points (include_self={include_self}), got {k}")
     if compute_mode not in (FAST, EXACT):
         raise ValueError(f"compute_mode must be one of {[FAST, EXACT]}, got {compute_mode!r}")
+    if compute_mode == EXACT and _pruned_applies(points, k):
+        with torch.no_grad():
+            return _knn_pruned(points, k, include_self)
     dist = torch.cdist(points, points, compute_mode=compute_mode)  # (B, N, N)
     if not include_self:
         dist = dist.masked_fill(torch.eye(n, dtype=torch.bool, device=dist.device), float("inf"))
     return dist.topk(k, dim=-1, largest=False, sorted=True).indices
+
+
+def _leaf_levels(n: int, leaf_size: int) -> int:
+    """How many times ``n`` points halve into equal k-d leaves of at least ``leaf_size`` points."""
+    levels = 0
+    while n % 2 ** (levels + 1) == 0 and n >> (levels + 1) >= leaf_size:
+        levels += 1
+    return levels
+
+
+def _pruned_applies(points: torch.Tensor, k: int) -> bool:
+    """Whether :func:`knn` takes the pruned search for point-major ``(B, N, D)`` features."""
+    b, n, d = points.shape
+    if points.dtype != torch.float32 or points.device.type != "cpu":
+        return False
+    if d != 3 or n < PRUNED_MIN_POINTS:
+        return False
+    levels = _leaf_levels(n, LEAF_SIZE)
+    return 2**levels > LEAVES_SEARCHED and k + 1 <= LEAVES_SEARCHED * (n >> levels)
+
+
+def _distance_keys(dist: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """int64 keys ordering by float32 distance ``dist`` (≥ 0: its bits order like its values), then by the
+    point index: no two keys are equal, so ``topk``/``sort`` on them are deterministic."""
+    return (dist.view(torch.int32).to(torch.int64) << 32) | index
+
+
+def _exact_rows(
+    points: torch.Tensor,
+    batch: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    labels: torch.Tensor,
+    k: int,
+    include_self: bool,
+) -> torch.Tensor:
+    """The ``k`` nearest of the candidates ``cols`` ``(R, C)`` of the points ``rows`` ``(R,)`` of clouds
+    ``batch`` ``(R,)``, by exact distance then label: ``(R, k)`` labels (``labels`` ``(R, C)``: the candidates'
+    indices in the caller's numbering)."""
+    centre = points[batch, rows].unsqueeze(1)
+    dist = torch.linalg.vector_norm(centre - points[batch.unsqueeze(1), cols], dim=-1)  # (R, C)
+    if not include_self:
+        dist = dist.masked_fill(cols == rows.unsqueeze(1), float("inf"))
+    keys = _distance_keys(dist, labels).topk(k, dim=-1, largest=False, sorted=True).values
+    return keys & 0xFFFFFFFF
+
+
+def _kd_order(points: torch.Tensor, levels: int) -> torch.Tensor:
+    """``(B, N)``: a permutation per cloud that makes ``2**levels`` k-d leaves contiguous (each split halves
+    a part along its widest axis)."""
+    b, n, d = points.shape
+    perm = torch.arange(n, device=points.device).expand(b, n)
+    for level in range(levels):
+        parts, size = 2**level, n >> level
+        part = torch.gather(points, 1, perm.unsqueeze(-1).expand(b, n, d)).view(b, parts, size, d)
+        axis = (part.amax(2) - part.amin(2)).argmax(-1)  # (B, parts)
+        coordinate = torch.gather(part, 3, axis.view(b, parts, 1, 1).expand(b, parts, size, 1)).squeeze(-1)
+        order = coordinate.argsort(dim=-1, stable=True)
+        perm = torch.gather(perm.reshape(b, parts, size), 2, order).reshape(b, n)
+    return perm
+
+
+def _knn_pruned(
+    points: torch.Tensor,
+    k: int,
+    include_self: bool = True,
+    leaf_size: int = LEAF_SIZE,
+    leaves_searched: int = LEAVES_SEARCHED,
+) -> torch.Tensor:
+    """The pruned exact search (module docstring) on float32 point-major ``(B, N, D)``: ``(B, N, k)``.
+
+    Why it is exact. ``approx`` (one matrix product, ``‖x‖² + ‖y‖² − 2⟨x, y⟩``) differs from the squared
+    float32 distance of the dense search by at most ``delta`` = 16 (D + 3) u s² (u: float32 roundoff; s: the
+    largest norm in the cloud; the product's error is ≤ (D + 2) u (‖x‖ + ‖y‖)² ≤ 4 (D + 2) u s², the squared
+    rounded distance's ≤ 4 (D + 3) u s²). A point's result is taken from ``approx`` only when its k-th and
+    (k+1)-th candidates are more than 4 ``delta`` apart (the k nearest candidates are then the same set under
+    either distance) and every leaf not searched lies farther than the k-th candidate plus 4 ``delta`` (its
+    box's distance bounds all its points'); the order within the set is then sorted by exact distance. Any
+    other point is redone with exact distances: over its candidates when only the first test failed, over
+    all points otherwise.
+    """
+    b, n, d = points.shape
+    device = points.device
+    levels = _leaf_levels(n, leaf_size)
+    leaves, size = 2**levels, n >> levels
+    searched = min(leaves_searched, leaves)
+    width = searched * size  # candidates per point
+    perm = _kd_order(points, levels)  # k-d position → index
+    ordered = torch.gather(points, 1, perm.unsqueeze(-1).expand(b, n, d))
+    boxes = ordered.view(b, leaves, size, d)
+    low, high = boxes.amin(2), boxes.amax(2)  # (B, leaves, D)
+
+    def to_boxes(x: torch.Tensor) -> torch.Tensor:
+        """Squared distances of points ``(B, M, D)`` to every leaf's box: ``(B, M, leaves)``."""
+        outside = torch.maximum(low.unsqueeze(1) - x.unsqueeze(2), x.unsqueeze(2) - high.unsqueeze(1))
+        return outside.clamp_min_(0).square_().sum(-1)
+
+    # The leaves each leaf searches: its own first, then those nearest to its centroid.
+    own = torch.eye(leaves, dtype=torch.bool, device=device)
+    nearest = to_boxes(boxes.mean(2)).masked_fill_(own, -1.0)
+    searched_leaves = nearest.topk(searched, dim=-1, largest=False, sorted=True).indices  # (B, leaves, S)
+    is_searched = torch.zeros(b, leaves, leaves, dtype=torch.bool, device=device)
+    is_searched.scatter_(2, searched_leaves, True)
+    # squared distance of each point to the nearest leaf that its leaf does not search
+    unsearched = to_boxes(ordered).view(b, leaves, size, leaves)
+    unsearched = unsearched.masked_fill_(is_searched.unsqueeze(2), float("inf")).amin(-1).view(b, n)
+
+    squares = ordered.square().sum(-1)  # (B, N)
+    delta = 16 * (d + 3) * _ROUNDOFF * squares.amax(1, keepdim=True)  # (B, 1)
+    ones = torch.ones_like(squares)
+    left = torch.cat([ordered, squares.unsqueeze(-1), ones.unsqueeze(-1)], -1)
+    left = left.view(b * leaves, size, d + 2)
+    right = torch.cat([-2 * ordered, ones.unsqueeze(-1), squares.unsqueeze(-1)], -1)
+    # right[:, :, a, s] = the points of the s-th leaf that leaf a searches
+    right = right.transpose(1, 2).reshape(b, d + 2, 1, leaves, size).expand(b, d + 2, leaves, leaves, size)
+    index = searched_leaves.view(b, 1, leaves, searched, 1).expand(b, d + 2, leaves, searched, size)
+    right = torch.gather(right, 3, index).transpose(1, 2).reshape(b * leaves, d + 2, width)
+    approx = torch.bmm(left, right).view(b, n, width)
+    if not include_self:  # a point is its own leaf's (the first searched) point at its own place
+        diagonal = torch.arange(size, device=device)
+        approx.view(b, leaves, size, width)[:, :, diagonal, diagonal] = float("inf")
+    values, slots = approx.topk(k + 1, dim=-1, largest=False, sorted=True)
+    kth = values[..., k - 1]
+    covered = unsearched > kth + 4 * delta
+    separated = values[..., k] - kth > 4 * delta
+
+    row_leaves = searched_leaves[:, torch.arange(n, device=device) // size]  # (B, N, S)
+    slots = slots[..., :k]
+    chosen = torch.gather(row_leaves, 2, slots // size) * size + slots % size  # k-d positions (B, N, k)
+    batch = torch.arange(b, device=device).view(b, 1, 1)
+    dist = torch.linalg.vector_norm(ordered.unsqueeze(2) - ordered[batch, chosen], dim=-1)  # (B, N, k)
+    result = _distance_keys(dist, perm[batch, chosen]).sort(dim=-1).values & 0xFFFFFFFF
+
+    redo = (covered & ~separated).nonzero()
+    if redo.numel():
+        rb, ri = redo.unbind(1)
+        cols = row_leaves[rb, ri].unsqueeze(-1) * size + torch.arange(size, device=device)
+        cols = cols.view(-1, width)
+        result[rb, ri] = _exact_rows(ordered, rb, ri, cols, perm[rb.unsqueeze(1), cols], k, include_self)
+    redo = (~covered).nonzero()
+    if redo.numel():
+        rb, ri = redo.unbind(1)
+        cols = torch.arange(n, device=device).expand(rb.shape[0], n)
+        result[rb, ri] = _exact_rows(ordered, rb, ri, cols, perm[rb.unsqueeze(1), cols], k, include_self)
+    # back from k-d order to the input's order
+    return torch.empty_like(result).scatter_(1, perm.unsqueeze(-1).expand(b, n, k), result)
 
 
 def gather_neighbours(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -109,4 +278,5 @@ def graph_feature(
     return torch.cat(parts, dim=1)
 
 
-__all__ = ["EXACT", "FAST", "gather_neighbours", "graph_feature", "knn"]
+__all__ = ["EXACT", "FAST", "LEAF_SIZE", "LEAVES_SEARCHED", "PRUNED_MIN_POINTS", "gather_neighbours",
+           "graph_feature", "knn"]
