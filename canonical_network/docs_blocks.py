@@ -16,7 +16,10 @@ A block sits between ``<!-- generated:<name> -->`` and ``<!-- /generated:<name> 
 * ``protocol-cost``: device-hours of each paper table at the paper's protocol (``docs/measurements.md``), from the
   record ``scripts/protocol_cost.py`` wrote to ``docs/reproduction/benchmarks/protocol_cost_cpu.json``;
 * ``dress-rehearsal``: generated files at the real archives' sizes read by the real loaders (``docs/measurements.md``),
-  from the record ``scripts/dress_rehearsal.py`` wrote to ``docs/benchmarks/dress_rehearsal.json``.
+  from the record ``scripts/dress_rehearsal.py`` wrote to ``docs/benchmarks/dress_rehearsal.json``;
+* ``pointcloud-overhead``: the point-cloud canonicalizers' inference time against PointNet's at 1,024 points
+  (``docs/measurements.md``), from the record ``scripts/benchmark_pointcloud_inference.py`` wrote to
+  ``docs/benchmarks/pointcloud_inference_1024.json``.
 """
 
 from __future__ import annotations
@@ -236,10 +239,34 @@ def dress_rehearsal(path: Path = DRESS_REHEARSAL) -> list[str]:
     return lines
 
 
+#: the record the ``pointcloud-overhead`` block renders (``scripts/benchmark_pointcloud_inference.py --json``)
+POINTCLOUD_OVERHEAD = PROJECT_ROOT / "docs" / "benchmarks" / "pointcloud_inference_1024.json"
+
+
+def pointcloud_overhead(path: Path = POINTCLOUD_OVERHEAD) -> list[str]:
+    """Each timed model's median time and its ratio to the vanilla network of the same run, and how the
+    record was made."""
+    record = json.loads(path.read_text())
+    env, settings = record["environment"], record["settings"]
+    lines = [f"| model | median time ({record['time_of']}) | ratio to its vanilla network, same run |",
+             "|---|---:|---:|"]
+    for row in record["rows"]:
+        lines.append(f"| {row['model']} | {row['time']:,.1f} {record['unit']} | {row['ratio']:.3f}× |")
+    lines += [
+        "",
+        f"Made {record['created'][:10]} by `{record['command']}` on {env['machine']}, {settings['threads']} torch "
+        f"thread(s), load average {env['load_average_1min']} at the start; {settings['clouds']:,} "
+        f"{settings['source']} clouds × {settings['points']:,} points, batch {settings['batch_size']}, "
+        f"{settings['repeats']} repeats of every model in turn (interleaved), {settings['warmup']} of warm-up.",
+    ]
+    return lines
+
+
 GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups, "experiments": experiments,
                                                    "paper-rows": paper_rows, "api-example": api_example,
                                                    "permutation-cost": permutation_cost, "protocol-cost": protocol_cost,
-                                                   "dress-rehearsal": dress_rehearsal}
+                                                   "dress-rehearsal": dress_rehearsal,
+                                                   "pointcloud-overhead": pointcloud_overhead}
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 
