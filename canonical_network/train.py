@@ -279,7 +279,12 @@ def _run(cfg: DictConfig) -> RunResults:
 def write_failure(cfg: DictConfig, error: BaseException) -> None:
     """Keep the record of a failed attempt (``attempts/``), and as the folder's results.json unless that holds
     a completed run (:func:`~canonical_network.records.write_failure_record`): a sweep's table shows the
-    reason in an empty cell, and a failed rerun never replaces a finished run's record."""
+    reason in an empty cell, and a failed rerun never replaces a finished run's record. Written by global rank 0
+    only, as every record (under Slurm every rank of a job runs this command)."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    if rank_zero_only.rank != 0:
+        return
     try:
         output_dir = Path(cfg.paths.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)

@@ -190,3 +190,25 @@ def test_each_process_draws_its_own_random_numbers_reproducibly():
     expected = torch.rand(4)
     torch.manual_seed(11)
     assert torch.equal(draws(1, 0, 3), expected)
+
+
+def test_training_shuffle_keeps_the_run_seed_when_a_resume_restores_another_rng_state():
+    """Under DDP each process reseeds per epoch, so the RNG state in rank 0's checkpoint carries that reseed as
+    its initial_seed(); a resume restores it before the training loader is built. The shuffle must still be the
+    run's (seed, epoch) one, taken when the data module was built (train.py seeds first); before this, the
+    resumed job of tests/test_slurm.py dealt other batches (test MSE 0.0580 against 0.0573 uninterrupted)."""
+    from torch.utils.data import TensorDataset
+
+    from canonical_network.data.base import SplitDataModule
+    from canonical_network.data.samplers import EpochSeededRandomSampler
+
+    torch.manual_seed(3)  # the run's seed
+    datamodule = SplitDataModule(batch_size=4, num_workers=0)
+    dataset = TensorDataset(torch.arange(20))
+    torch.set_rng_state(torch.Generator().manual_seed(987654).get_state())  # a restored per-epoch reseed
+    assert torch.initial_seed() == 987654
+    sampler = datamodule.train_sampler(dataset)
+    sampler.set_epoch(4)
+    expected = EpochSeededRandomSampler(dataset, seed=3)
+    expected.set_epoch(4)
+    assert list(sampler) == list(expected)

@@ -7,6 +7,7 @@ Subclasses fill ``self.splits`` (``"train"``, ``"val"``, ``"test"`` → Dataset)
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 from lightning import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
@@ -36,10 +37,15 @@ class SplitDataModule(LightningDataModule):
         self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.splits: dict[str, Dataset] = {}
+        # The run's seed (train.py seeds before building the data), read now: under DDP each process reseeds
+        # its RNG per epoch (tasks/base.py), and a resume restores rank 0's RNG state, whose initial_seed() is
+        # that reseed, before the training loader exists; shuffling from it would deal other batches than
+        # the uninterrupted run.
+        self.shuffle_seed = torch.initial_seed()
 
     def train_sampler(self, dataset: Dataset) -> Sampler:
         """How the training split is shuffled; a new permutation per epoch, from (seed, epoch)."""
-        return EpochSeededRandomSampler(dataset)
+        return EpochSeededRandomSampler(dataset, seed=self.shuffle_seed)
 
     def augment_train_batch(self, batch):
         """Random augmentation of a training batch, on its device after the transfer; none by default."""

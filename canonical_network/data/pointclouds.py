@@ -162,7 +162,8 @@ class PointCloudDataModule(SplitDataModule):
         return rotate_fixed(points, self.test_rotation, self.data_seed, split, axis=self.rotation_axis)
 
     def train_sampler(self, dataset: Dataset) -> Sampler:
-        return SeededDrawSampler(dataset) if self.train_draws else EpochSeededRandomSampler(dataset)
+        sampler = SeededDrawSampler if self.train_draws else EpochSeededRandomSampler
+        return sampler(dataset, seed=self.shuffle_seed)
 
     def augment_train_batch(self, batch):
         # A fresh rotation per cloud and per step, on the device.

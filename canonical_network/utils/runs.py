@@ -180,11 +180,44 @@ def trainer_plugins() -> list:
 
 
 def build_trainer(cfg: DictConfig, output_dir: Path, callbacks: list, loggers: list):
-    """The Lightning Trainer of ``cfg.trainer``, rooted in the run folder."""
-    return hydra.utils.instantiate(
+    """The Lightning Trainer of ``cfg.trainer``, rooted in the run folder. Inside a Slurm job the trainer must
+    match the job's tasks (:func:`~canonical_network.utils.slurm.check_trainer_for_slurm_tasks`); in one of
+    several tasks, SIGTERM stops every rank at the next training step (:func:`_sigterm_without_collective`)."""
+    from canonical_network.utils.slurm import check_trainer_for_slurm_tasks
+
+    check_trainer_for_slurm_tasks(cfg.trainer)
+    trainer = hydra.utils.instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir),
         plugins=trainer_plugins(),
     )
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    if SLURMEnvironment.detect() and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        _sigterm_without_collective(trainer)  # a multi-task Slurm job
+    return trainer
+
+
+def _sigterm_without_collective(trainer) -> None:
+    """Lightning's SIGTERM handler, without the broadcast it starts inside the handler.
+
+    Lightning's handler (``_SignalConnector._sigterm_notifier_fn``) sets the trainer's flag and then calls
+    ``dist.broadcast`` from inside the signal handler. When the signal reaches rank 0 while another rank waits
+    in a collective of its own (a gradient all-reduce, the barrier after a checkpoint), the two collectives do
+    not match and the job hangs: a two-task Slurm job sent SIGTERM right after its first checkpoint hung until
+    it was cancelled (tests/test_slurm.py). Setting the flag is enough: every training step broadcasts rank 0's
+    flag outside any handler (``_broadcast_sigterm_tensor``), and all ranks stop there together.
+    """
+    connector = trainer._signal_connector
+    log = logging.getLogger("canonical_network.runs")
+
+    def notify(signum, frame) -> None:
+        log.info("Received SIGTERM (%s): stopping at the next training step", signum)
+        if not connector.received_sigterm and trainer.strategy.launcher is not None:
+            trainer.strategy.launcher.kill(signum)  # processes Lightning started itself, as its own handler does
+        connector.received_sigterm = True
+
+    # read by register_signal_handlers() when fitting starts (an instance attribute shadows the method)
+    connector._sigterm_notifier_fn = notify
 
 
 def environment(trainer=None) -> dict[str, Any]:

@@ -15,6 +15,9 @@ runs to poll states): while ``sacct`` is missing or failing, it returns a comman
 ``scontrol`` only knows jobs until ``MinJobAge`` seconds after they end (default 300; the local cluster sets
 600). A job it no longer knows has ended, so it is reported as :data:`PURGED_STATE`, a state submitit treats
 as final: a job with a result pickle returns it, one without raises ``UncompletedJobError``.
+
+Inside a job, :func:`check_trainer_for_slurm_tasks` refuses a trainer config whose processes do not match the
+job's tasks (devices against tasks per node, nodes, strategies that start processes of their own).
 """
 
 from __future__ import annotations
@@ -159,6 +162,62 @@ def query_scontrol(job_ids: Sequence[str]) -> str:
         lines.extend("|".join(row) for row in rows)
         lines.extend(f"{job_id}|{PURGED_STATE}|" for job_id in ids if job_id not in seen)
     return "\n".join(lines) + "\n"
+
+
+#: Lightning strategies that start their own processes: inside a Slurm job, srun has started them already.
+_SELF_LAUNCHING = ("spawn", "fork", "notebook")
+
+
+def check_trainer_for_slurm_tasks(trainer_cfg, environ=None) -> None:
+    """Refuse a trainer config that does not match the Slurm job it runs in, naming both sides.
+
+    Inside ``srun`` (Lightning's ``SLURMEnvironment.detect()``; ``hydra/launcher=slurm`` runs every job
+    that way) Lightning takes its ranks from Slurm: one task per process, ``SLURM_NTASKS_PER_NODE`` tasks on
+    each of ``SLURM_NNODES`` nodes. So ``trainer.devices`` must equal the tasks per node
+    (``hydra.launcher.tasks_per_node``), ``trainer.num_nodes`` the nodes (``hydra.launcher.nodes``), and a
+    multi-task job needs a strategy that starts no processes of its own (``ddp``: ``trainer=ddp`` on GPUs,
+    ``trainer=ddp_cpu_slurm`` on CPUs; ``ddp_fork``/``ddp_spawn`` would start ``devices`` processes in
+    every task). Outside Slurm, or in an interactive allocation, nothing is checked. ``environ`` defaults to
+    ``os.environ``.
+    """
+    import os
+
+    env = os.environ if environ is None else environ
+    if "SLURM_NTASKS" not in env or env.get("SLURM_JOB_NAME") in ("bash", "interactive"):
+        return  # Lightning's own test for "srun started this process" (SLURMEnvironment.detect)
+    ntasks = int(env["SLURM_NTASKS"])
+    per_node = env.get("SLURM_NTASKS_PER_NODE")
+    nodes = int(env.get("SLURM_NNODES", "1"))
+    job = f"Slurm job {env.get('SLURM_JOB_ID', '?')}"
+    devices = trainer_cfg.get("devices", 1)
+    num_nodes = trainer_cfg.get("num_nodes", 1) or 1
+    strategy = str(trainer_cfg.get("strategy", "auto"))
+    if ntasks > 1 and per_node is None:
+        raise ValueError(
+            f"{job} runs SLURM_NTASKS={ntasks} tasks without --ntasks-per-node, which Lightning needs to "
+            "place its ranks: submit with hydra/launcher=slurm (tasks_per_node follows trainer.devices) or "
+            "sbatch --ntasks-per-node"
+        )
+    if per_node is not None and (isinstance(devices, bool) or not isinstance(devices, int)
+                                 or devices != int(per_node)):
+        raise ValueError(
+            f"trainer.devices={devices!r} but {job} runs {per_node} task(s) per node "
+            f"(hydra.launcher.tasks_per_node, SLURM_NTASKS_PER_NODE={per_node}): under Slurm each task is one "
+            "process of the run, so they must be the same integer; hydra/launcher=slurm sets tasks_per_node "
+            "from trainer.devices unless hydra.launcher.tasks_per_node is overridden"
+        )
+    if num_nodes != nodes:
+        raise ValueError(
+            f"trainer.num_nodes={num_nodes!r} but {job} runs on {nodes} node(s) (hydra.launcher.nodes, "
+            f"SLURM_NNODES={nodes}): they must be equal; hydra/launcher=slurm sets nodes from trainer.num_nodes "
+            "unless hydra.launcher.nodes is overridden"
+        )
+    if ntasks > 1 and any(word in strategy for word in _SELF_LAUNCHING):
+        raise ValueError(
+            f"trainer.strategy={strategy!r} starts its own processes, but srun already started the {ntasks} "
+            f"tasks of {job} (one per process): use trainer.strategy=ddp (trainer=ddp on GPUs, "
+            "trainer=ddp_cpu_slurm on CPUs)"
+        )
 
 
 def install_sacct_fallback() -> bool:
