@@ -25,7 +25,7 @@ Then, per family, in a fresh process each (so that peak memory is that family's)
 then a warm one from them), and the CN row trains ``--batches`` batches at the paper's settings (ModelNet40
 1,024 points, ShapeNet-part 2,048, batch 32; MNIST-rot batch 128) on the CPU with ``torch`` threads from
 ``--threads``. ``samples_per_s`` counts the batches after the first (data loading included). Peak memory is the
-process's peak resident set (``ru_maxrss``), after loading and after training.
+process's peak resident set (``VmHWM``), after loading and after training.
 
 Writes ``--output`` (JSON); ``docs/measurements.md`` renders ``docs/benchmarks/dress_rehearsal.json`` as a
 generated block (``python -m canonical_network.docs_blocks``).
@@ -255,7 +255,12 @@ def remove_caches(folder: Path) -> None:
 # One family, in this process: load through the data module of configs/data, then train a few batches.
 # ---------------------------------------------------------------------------------------------------------
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+    """This process's peak resident set: ``VmHWM`` (its own memory map's high-water mark, new at exec), not
+    ``ru_maxrss``, which Linux carries over from the parent process (the one that wrote the files)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux: KB on most systems
 
 
 def measure_family(family: str, data_dir: Path, row: str, batches: int, tiny: bool, threads: int,
@@ -407,6 +412,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         "threads": args.threads,
         "unique": args.unique,
         "memory_limit_gb": args.memory_limit_gb,
+        "peak_memory": "VmHWM",
         "results": results,
         "note": "generated files in the real archives' layouts and sizes; never the paper's data",
     }
