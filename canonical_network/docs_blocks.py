@@ -191,8 +191,11 @@ def protocol_cost_table(record: dict) -> list[str]:
     lines += ["", f"Measured {record['date']} by `{record['command']}` on {record['device_name']}, "
                   f"{record['threads']} torch thread(s), load average {record['load_start']:.1f} at the start and "
                   f"{record['load_end']:.1f} at the end; medians of {record['train_steps']} training steps and "
-                  f"{record['val_steps']} evaluation batch(es) a row, after a warm-up step. One device, one process, "
-                  "data in memory; no early stopping (an upper bound where the paper stops early)."]
+                  f"{record['val_steps']} evaluation batch(es) a row, after a warm-up step; "
+                  + ("wall time between CUDA synchronisations" if record["device"] == "cuda" else
+                     "the process's CPU time (one thread: the wall time of a quiet machine)")
+                  + ". One device, one process, data in memory; no early stopping (an upper bound where the paper "
+                  "stops early)."]
     return lines
 
 
@@ -252,10 +255,15 @@ def pointcloud_overhead(path: Path = POINTCLOUD_OVERHEAD) -> list[str]:
     record was made."""
     record = json.loads(path.read_text())
     env, settings = record["environment"], record["settings"]
-    lines = [f"| model | median time ({record['time_of']}) | ratio to its vanilla network, same run |",
-             "|---|---:|---:|"]
+    cpu = all("cpu_time" in row for row in record["rows"])  # CPU time: records made since it is measured
+    header = f"| model | median time ({record['time_of']}) | ratio to its vanilla network, same run |"
+    lines = [header + " median CPU time | CPU-time ratio, same run |" if cpu else header,
+             "|---|---:|---:|" + ("---:|---:|" if cpu else "")]
     for row in record["rows"]:
-        lines.append(f"| {row['model']} | {row['time']:,.1f} {record['unit']} | {row['ratio']:.3f}× |")
+        line = f"| {row['model']} | {row['time']:,.1f} {record['unit']} | {row['ratio']:.3f}× |"
+        if cpu:
+            line += f" {row['cpu_time']:,.1f} {record['unit']} | {row['cpu_ratio']:.3f}× |"
+        lines.append(line)
     lines += [
         "",
         f"Made {record['created'][:10]} by `{record['command']}` on {env['machine']}, {settings['threads']} torch "

@@ -20,8 +20,10 @@ code does). A table's total is its rows × seeds × protocols (ModelNet40: z/z, 
 z/SO(3), SO(3)/SO(3)): rotations do not change a step's cost, so each row is timed once.
 
 Single-device figures (device-hours, one process); not measured: data loading from disk (the embedded data
-sit in memory), DDP, mixed precision. The load average at the start and end is printed: on a shared machine
-the steps are slower, so compare rows of one run, not runs. ``--markdown`` prints the table that
+sit in memory), DDP, mixed precision. On a CPU a step's time is the process's CPU time (``time.process_time``):
+with one thread that is the wall time on a quiet machine, and other processes on shared cores barely move it
+(their cache and memory-bandwidth contention still can: the load average at the start and end is recorded).
+On a GPU it is the wall time between CUDA synchronisations. ``--markdown`` prints the table that
 ``docs/measurements.md`` carries (``python -m canonical_network.docs_blocks`` renders it there from the record in
 ``docs/reproduction/benchmarks/protocol_cost_cpu.json``).
 """
@@ -96,11 +98,11 @@ PROTOCOLS: dict[str, Protocol] = {
 }
 
 
-def _timing_callback(warmup: int):
+def _timing_callback(warmup: int, clock):
     from lightning.pytorch.callbacks import Callback
 
     class StepTimes(Callback):
-        """Wall time of every training batch (forward, backward, optimizer step) and evaluation batch."""
+        """Time of every training batch (forward, backward, optimizer step) and evaluation batch on ``clock``."""
 
         def __init__(self) -> None:
             self.train: list[float] = []
@@ -116,22 +118,22 @@ def _timing_callback(warmup: int):
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self._sync(pl_module)
-            self._t0 = time.perf_counter()
+            self._t0 = clock()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             self._sync(pl_module)
             self._seen += 1
             if self._seen > warmup:
-                self.train.append(time.perf_counter() - self._t0)
+                self.train.append(clock() - self._t0)
 
         def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
             self._sync(pl_module)
-            self._t0 = time.perf_counter()
+            self._t0 = clock()
 
         def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
             self._sync(pl_module)
             if batch_idx > 0:  # the first evaluation batch of a run warms up the eval path
-                self.val.append(time.perf_counter() - self._t0)
+                self.val.append(clock() - self._t0)
 
     return StepTimes()
 
@@ -147,7 +149,9 @@ def time_row(experiment: str, overrides: tuple[str, ...], device: str, warmup: i
     cfg = compose_experiment([f"experiment={experiment}", *overrides])
     datamodule = hydra.utils.instantiate(cfg.data)
     model = hydra.utils.instantiate(cfg.model)
-    timer = _timing_callback(warmup)
+    # On a CPU the process's CPU time (one thread: the wall time of a quiet machine, and nearly blind to other
+    # processes sharing the cores); on a GPU the wall time between synchronisations
+    timer = _timing_callback(warmup, time.perf_counter if device == "cuda" else time.process_time)
     trainer = Trainer(accelerator="gpu" if device == "cuda" else "cpu", devices=1, max_epochs=1,
                       limit_train_batches=warmup + train_steps, limit_val_batches=val_steps + 1,
                       num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
