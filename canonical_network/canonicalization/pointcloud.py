@@ -73,7 +73,7 @@ from torch import nn
 from canonical_network.canonicalization.base import Canonicalizer
 from canonical_network.canonicalization.symmetrization import Frame, FrameSpec, vector_frame
 from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt, invert_rotation
-from canonical_network.nn.knn import EXACT, graph_feature
+from canonical_network.nn.knn import EXACT, graph_feature, knn
 from canonical_network.nn.vector_neurons import (
     VN_EPS,
     VNLinear,
@@ -152,6 +152,12 @@ def balance_channels(x: torch.Tensor) -> torch.Tensor:
     """
     scale = channel_scales(x)
     return x / scale.view(*scale.shape, *([1] * (x.dim() - 2)))
+
+
+def _clamped_norms(x: torch.Tensor) -> torch.Tensor:
+    """Norms of the vectors ``(B, 3, *S)`` → ``(B, *S)``, clamped at ``VN_EPS`` as :func:`vn_norms` (same
+    values)."""
+    return (x * x).sum(dim=1).clamp_min(VN_EPS * VN_EPS).sqrt()
 
 
 class VNPointCloudCanonicalizer(Canonicalizer):
@@ -266,9 +272,71 @@ class VNPointCloudCanonicalizer(Canonicalizer):
             return self.read_out(vn_mean_pool(features))  # (B, 3, 3)
         return self.point_pool(self.read_out(features))  # (B, 3, 3, P) → (B, 3, 3)
 
+    @property
+    def pools_linearly(self) -> bool:
+        """Whether the frame vectors are a linear map of the mean edge features (CN(L), mean pooling, edge
+        input), so that :meth:`frame_vectors` can take :meth:`pooled_edge_frame_vectors`."""
+        return self.layers == "linear" and self.pooling == "mean" and self.input == "edges"
+
     def frame_vectors(self, points: torch.Tensor) -> torch.Tensor:
-        """The three pooled equivariant vectors ``(B, 3, 3)`` (rows are vectors) before Gram–Schmidt."""
+        """The three pooled equivariant vectors ``(B, 3, 3)`` (rows are vectors) before Gram–Schmidt.
+
+        CN(L) with mean pooling (:attr:`pools_linearly`, unless :attr:`collapse_linear` is off) takes
+        :meth:`pooled_edge_frame_vectors`: the same map without the ``(B, 3, 3, P, k)`` edge tensor; every
+        other configuration, and :meth:`reference_frame_vectors`, goes through :meth:`input_features` and
+        :meth:`frame_from_features`."""
+        if self.collapse_linear and self.pools_linearly:
+            return self.pooled_edge_frame_vectors(points)
+        return self.reference_frame_vectors(points)
+
+    #: Let CN(L) with mean pooling take :meth:`pooled_edge_frame_vectors` (set ``False`` on an instance to
+    #: time or test the reference path).
+    collapse_linear: bool = True
+
+    def reference_frame_vectors(self, points: torch.Tensor) -> torch.Tensor:
+        """:meth:`frame_vectors` through the materialised input features, for every configuration."""
         return self.frame_from_features(self.input_features(points))
+
+    def pooled_edge_frame_vectors(self, points: torch.Tensor) -> torch.Tensor:
+        """CN(L)'s frame vectors ``v_o = Σ_c W_oc · mean_{i, j∈N(i)} e_c(i, j) / s_c`` ``(B, 3, 3)``, computed
+        without the ``(B, 3, 3, P, k)`` edge tensor of :meth:`input_features` (:attr:`pools_linearly` only).
+
+        The same function as :meth:`reference_frame_vectors`, term by term: the same kNN graph (the same call
+        on the same centred coordinates), the same per-edge offsets ``x_j − x_i`` and cross products
+        ``x_j × x_i`` (``(B, 3, P, k)`` instead of ``(B, 1, 3, P, k)``), the same clamped norms,
+        so the same scales ``s_c`` (:func:`channel_scales`; the centres' mean norm over ``(P, k)`` is the one
+        over ``P``, each point being repeated ``k`` times). What changes is the order of the operations:
+        the balancing by ``s_c`` and the linear layer ``W`` act on the pooled means ``(B, 3, 3)`` instead of
+        every edge, which they may since both are linear and the same for all edges of a cloud. Only
+        summation orders differ, hence rounding: ``tests/test_pointcloud_fast_linear.py`` bounds it.
+        Differentiable (the same gradients, to rounding), and as equivariant as the reference path.
+        """
+        if not self.pools_linearly:
+            raise ValueError("pooled_edge_frame_vectors needs layers=linear, pooling=mean and input=edges")
+        if points.dim() != 3 or points.shape[-1] != 3:
+            raise ValueError(f"points must have shape (B, P, 3), got {tuple(points.shape)}")
+        batch, num_points, _ = points.shape
+        centred = points - points.mean(dim=1, keepdim=True)  # (B, P, 3)
+        coordinates = centred.transpose(1, 2)  # (B, 3, P), the reference's layout
+        k = min(self.k, num_points)  # type: ignore[type-var]
+        # the reference's knn call on the same (B, 1, 3, P) view: the same graph
+        idx = knn(coordinates.unsqueeze(1), k, compute_mode=EXACT)  # (B, P, k)
+        # Coordinate-major (B, 3, P, k): one gather, and per-coordinate products on contiguous planes (a
+        # third of the time of point-major (B, P, k, 3) tensors and torch.linalg.cross).
+        coordinates = coordinates.contiguous()
+        neighbours = coordinates.gather(2, idx.view(batch, 1, -1).expand(-1, 3, -1)).view(batch, 3, num_points, k)
+        centres = coordinates.unsqueeze(-1)  # (B, 3, P, 1): x_i
+        offsets = neighbours - centres  # x_j − x_i
+        sums = [offsets.sum(dim=(2, 3)), coordinates.sum(dim=2) * k]  # (B, 3) each
+        norms = [_clamped_norms(offsets).mean(dim=(1, 2)), _clamped_norms(coordinates).mean(dim=1)]  # (B,)
+        if self.cross:
+            (a0, a1, a2), (b0, b1, b2) = neighbours.unbind(1), centres.unbind(1)
+            cross = torch.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], dim=1)  # x_j × x_i
+            sums.append(cross.sum(dim=(2, 3)))
+            norms.append(_clamped_norms(cross).mean(dim=(1, 2)))
+        scales = torch.stack(norms, dim=1).clamp_min(VN_EPS)  # (B, C): channel_scales
+        pooled = torch.stack(sums, dim=1) / (num_points * k) / scales.unsqueeze(-1)  # (B, C, 3)
+        return torch.einsum("oc,bcd->bod", self.input_layer.weight, pooled)  # (B, 3, 3)
 
     def group_element(self, points: torch.Tensor) -> torch.Tensor:
         """``h(points) = R`` ``(B, 3, 3)``; its columns are the learned frame axes."""
