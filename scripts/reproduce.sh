@@ -338,5 +338,5 @@ if (( FAILED_CALLS > 0 )); then
   exit 1
 fi
 }
-main "$@"
-exit $?
+# one line: bash reads the script as it runs, and an edit made while main ran would shift a next line
+main "$@"; exit $?
