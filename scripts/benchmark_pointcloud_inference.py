@@ -11,7 +11,9 @@ points, as in Table 5):
 * canonicalization (``VNPointCloudCanonicalizer``) in front of the same vanilla network: ``cn``, CN(NL) on the
   paper's kNN edge features (``input="edges"``, k = 20, the ModelNet40 rows); ``cn_pointwise``, CN(NL) on our
   O(P) second-moment input (``input="pointwise"``); ``cn_linear``, CN(L) on the kNN edge features (the
-  authors' ``VNSmall``, one linear VN layer).
+  authors' ``VNSmall``, one linear VN layer), and ``cn_linear_reference``, the same CN(L) through its
+  reference path (the ``(B, 3, 3, P, k)`` edge tensor materialised; ``VNPointCloudCanonicalizer.collapse_linear``
+  off), which is what its pooled path saves.
 
 ``--backbones PointNet`` times the PointNet rows only (DGCNN's own kNN graphs make its rows the slow ones at
 1,024 points); ``--variants vanilla cn_linear`` times those variants only (the vanilla network always: every
@@ -23,7 +25,8 @@ randomly stretched spheres: the content does not change the cost), or the test s
 each cloud). All clouds are made before timing starts.
 
 Each repeat times all eight models in turn over all clouds (interleaved, so drifts of a shared machine hit
-every model alike); a model's time is the median over repeats. One untimed warm-up batch per model comes
+every model alike); a model's time is the median over repeats, of wall time and of this process's CPU time
+(``time.process_time``, the sharper measure on a shared CPU: the record's ``cpu_time``/``cpu_ratio``). One untimed warm-up batch per model comes
 first. Prints the table beside the paper's seconds (1 A100 + 8 CPUs, so only ratios compare) and the ratios
 CN/vanilla and VN/CN per backbone and CN input; writes everything to ``--output`` (alias ``--json``) as JSON,
 with the keys of an inference benchmark record (``canonical_network/report_inference.py``: machine, settings,
@@ -68,14 +71,16 @@ PAPER_SECONDS = paper_inference()["table5a"]["seconds"]
 TARGETS = {"cn_over_vanilla_max": 1.05, "vn_over_cn_min": 1.5}
 #: the timed variants per backbone; "cn" and "cn_pointwise" are CN(NL) with the two input stages, "cn_linear"
 #: CN(L) with the paper's edge input
-VARIANTS = ("vanilla", "vn", "cn", "cn_pointwise", "cn_linear")
+VARIANTS = ("vanilla", "vn", "cn", "cn_pointwise", "cn_linear", "cn_linear_reference")
 #: the CN variants: their canonicalizer's layers and input (k = 20: the ModelNet40 rows)
-CN_VARIANTS = {"cn": ("nonlinear", "edges"), "cn_pointwise": ("nonlinear", "pointwise"), "cn_linear": ("linear", "edges")}
+CN_VARIANTS = {"cn": ("nonlinear", "edges"), "cn_pointwise": ("nonlinear", "pointwise"), "cn_linear": ("linear", "edges"),
+               "cn_linear_reference": ("linear", "edges")}
 #: the suffix of each CN variant's ratio keys ("cn_over_vanilla<suffix>", "vn_over_cn<suffix>")
 RATIO_SUFFIX = {"cn": "", "cn_pointwise": "_pointwise", "cn_linear": "_linear"}
 #: the variants as the report names them
 VARIANT_LABELS = {"vanilla": "vanilla", "vn": "Vector Neuron", "cn": "CN(NL), kNN edge input (the paper's)",
-                  "cn_pointwise": "CN(NL), pointwise input (ours)", "cn_linear": "CN(L), kNN edge input (the paper's)"}
+                  "cn_pointwise": "CN(NL), pointwise input (ours)", "cn_linear": "CN(L), kNN edge input (the paper's)",
+                  "cn_linear_reference": "CN(L), kNN edge input, reference path (edge tensor materialised)"}
 #: the backbones, their vanilla and Vector Neuron networks
 BACKBONES = {"PointNet": (PointNet, VNPointNet), "DGCNN": (DGCNN, VNDGCNN)}
 
@@ -96,6 +101,8 @@ def build_models(
             if variant not in variants:
                 continue
             canonicalizer = VNPointCloudCanonicalizer(layers=layers, input=stage, k=20)
+            # the same CN(L) through the (B, 3, 3, P, k) edge tensor (what its pooled path saves)
+            canonicalizer.collapse_linear = variant != "cn_linear_reference"
             models[name][variant] = CanonicalizedModel(canonicalizer, vanilla(head="classification"))
     return models
 
@@ -134,16 +141,19 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_model(model: nn.Module, batches: list[torch.Tensor], device: torch.device) -> float:
-    """Seconds for one pass over all ``batches`` (each moved to ``device`` inside the timed region, as a
-    data loader's would be)."""
+def time_model(model: nn.Module, batches: list[torch.Tensor], device: torch.device) -> tuple[float, float]:
+    """Wall and CPU seconds (``time.process_time``: this process's CPU time, all its threads) for one pass
+    over all ``batches`` (each moved to ``device`` inside the timed region, as a data loader's would be).
+
+    On a shared machine the CPU time is the sharper measure of a model's cost on the CPU: time spent waiting
+    for a core does not count (cache and memory-bandwidth contention still do)."""
     _sync(device)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         for batch in batches:
             model(batch.to(device, non_blocking=True))
     _sync(device)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu_start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,16 +208,21 @@ def main(argv: list[str] | None = None) -> int:
         time_model(models[backbone][variant], batches[:1], device)
 
     seconds: dict[str, dict[str, list[float]]] = {b: {v: [] for v in variants} for b in models}
+    cpu_seconds: dict[str, dict[str, list[float]]] = {b: {v: [] for v in variants} for b in models}
     for repeat in range(args.repeats):
         for backbone, variant in names:
-            elapsed = time_model(models[backbone][variant], batches, device)
+            elapsed, cpu = time_model(models[backbone][variant], batches, device)
             seconds[backbone][variant].append(elapsed)
+            cpu_seconds[backbone][variant].append(cpu)
             print(
-                f"  repeat {repeat + 1}/{args.repeats}  {backbone:8s} {variant:12s} {elapsed:8.2f} s",
+                f"  repeat {repeat + 1}/{args.repeats}  {backbone:8s} {variant:12s} {elapsed:8.2f} s"
+                f"  (CPU {cpu:8.2f} s)",
                 flush=True,
             )
 
     median = {b: {v: statistics.median(t) for v, t in per.items()} for b, per in seconds.items()}
+    median_cpu = {b: {v: statistics.median(t) for v, t in per.items()} for b, per in cpu_seconds.items()}
+    cpu_ratios = {b: {v: m[v] / m["vanilla"] for v in m} for b, m in median_cpu.items()}
     # "cn_over_vanilla" / "vn_over_cn": CN(NL), the paper's edge input; "*_pointwise": ours; "*_linear": CN(L).
     ratios = {
         b: {
@@ -238,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     print(f"\nMedian seconds for {len(clouds)} clouds (paper: 2,468 clouds on 1 A100 + 8 CPUs)")
-    print(f"{'backbone':10s} {'vanilla':>9s} {'VN':>9s} {'CN edges':>9s} {'CN pointw':>9s} {'CN(L)':>9s} | "
+    print(f"{'backbone':10s} {'vanilla':>9s} {'VN':>9s} {'CN edges':>9s} {'CN pointw':>9s} {'CN(L)':>9s} {'CN(L) ref':>9s} | "
           f"{'paper':>17s}")
     for b, m in median.items():
         p = PAPER_SECONDS[b]
@@ -255,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
             target = "<= 1.05" if base == "cn_over_vanilla" else ">= 1.5"
             flag = "met" if met[b][key] else "MISSED"
             print(f"{label:32s} {value:6.2f} {pr[base]:6.2f} {target:>8s}  {flag}")
+    print("\nCPU-time ratios to the vanilla network (median CPU seconds of each model, same run)")
+    for b, r in cpu_ratios.items():
+        print(f"{b:10s} " + "  ".join(f"{v} {value:.3f}" for v, value in r.items()))
 
     parameters = {
         b: {v: sum(p.numel() for p in m.parameters()) for v, m in variants.items()} for b, variants in models.items()
@@ -266,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             "time": median[b][v],
             "baseline": f"{b}/vanilla",
             "ratio": median[b][v] / median[b]["vanilla"],
+            "cpu_time": median_cpu[b][v],
+            "cpu_ratio": cpu_ratios[b][v],
             "paper_key": f"{b}/{v}" if v in PAPER_SECONDS[b] else None,
             "params": parameters[b][v],
         }
@@ -302,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "seconds": seconds,
         "median_seconds": median,
+        "cpu_seconds": cpu_seconds,
+        "median_cpu_seconds": median_cpu,
+        "cpu_ratios": cpu_ratios,
         "ratios": ratios,
         "paper_seconds": {b: PAPER_SECONDS[b] for b in models},
         "paper_ratios": paper_ratios,
