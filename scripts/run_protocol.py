@@ -2,7 +2,9 @@
 
 Each job trains into its own fixed folder ``<out>/<experiment>/seed<k>`` (``hydra.run.dir``), so rerunning
 the same command resumes unfinished jobs from their ``last.ckpt`` and skips finished ones (a
-``results.json`` with ``"status": "completed"``). Unlike ``hydra/launcher=local``, which starts every job
+``results.json`` with ``"status": "completed"``), and, given ``--committed DIR`` (``scripts/reproduce.sh`` passes
+``docs/reproduction/runs``, where ``scripts/collect_runs.py`` keeps the records), skips a job whose final
+record is kept there, so a stage restarted on a fresh machine does not spend hours redoing finished runs. Unlike ``hydra/launcher=local``, which starts every job
 of a sweep at once, at most ``--jobs`` processes run together, each limited to ``--threads`` threads.
 
     python scripts/run_protocol.py --out outputs/reproduction/rotmnist --jobs 2 --seeds 0 1 2 \\
@@ -47,18 +49,25 @@ def completed(run_dir: Path) -> RunResults | None:
 
 
 def run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
-            finished: dict[tuple[str, int], threading.Event], variant: str = "") -> str:
+            finished: dict[tuple[str, int], threading.Event], variant: str = "",
+            committed: Path | None = None) -> str:
     try:
-        return _run_job(out, experiment, seed, overrides, threads, finished, variant)
+        return _run_job(out, experiment, seed, overrides, threads, finished, variant, committed)
     finally:
         finished[(experiment, seed)].set()
 
 
 def _run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
-             finished: dict[tuple[str, int], threading.Event], variant: str) -> str:
+             finished: dict[tuple[str, int], threading.Event], variant: str,
+             committed: Path | None = None) -> str:
     run_dir = job_dir(out, experiment, seed, variant)
     if record := completed(run_dir):
         return f"skip {experiment} seed {seed} ({record['status']})"
+    # a record kept in the repository counts as finished only when no run of that job has started here: a
+    # started run folder is resumed (its own record will be the one collected)
+    if committed is not None and not (run_dir / RESULTS_FILE).exists() and not (run_dir / "checkpoints").exists():
+        if record := completed(job_dir(committed, experiment, seed, variant)):
+            return f"skip {experiment} seed {seed} ({record['status']}, committed in {committed})"
     extra = []
     if experiment in DEPENDS_ON:
         source, key = DEPENDS_ON[experiment]
@@ -90,12 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="jobs at once (default 1)")
     parser.add_argument("--threads", type=int, default=None, help="threads per job (default: cores / jobs)")
     parser.add_argument("--variant", default="", help="subfolder name for an ablation (see above)")
+    parser.add_argument("--committed", default="",
+                        help="folder of kept records, laid out as --out: a job with a final record there and no "
+                             "run folder of its own under --out is skipped (default: none)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every job (after --)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     if args.variant and not args.variant.replace("_", "").replace("-", "").replace(".", "").isalnum():
         parser.error(f"--variant must be a plain folder name (letters, digits, _ - .), got {args.variant!r}")
+    committed = Path(args.committed) if args.committed else None
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     args.out.mkdir(parents=True, exist_ok=True)
     # Seeds outer, so every row has a first seed before any row has a third; the sources of dependencies
@@ -106,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     finished = {job: threading.Event() for job in jobs}
     failures = 0
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for message in pool.map(lambda job: run_job(args.out, *job, args.overrides, threads, finished, args.variant), jobs):
+        for message in pool.map(lambda job: run_job(args.out, *job, args.overrides, threads, finished, args.variant,
+                                                 committed), jobs):
             print(message, flush=True)
             failures += message.startswith("FAILED")
     return 1 if failures else 0

@@ -92,3 +92,32 @@ def test_variants_get_their_own_folders(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--variant", "../x",
                            "--experiments", "rotmnist/cnn"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--variant must be a plain folder name" in proc.stderr
+
+
+def test_a_committed_record_counts_as_finished_unless_a_run_started_here(tmp_path):
+    """A fresh machine has no run folders: with --committed, a job whose final record is kept in the repository
+    is skipped; a failed kept record does not count, and a job with a started folder under --out resumes there."""
+    kept, out = tmp_path / "kept", tmp_path / "out"
+    for seed, status in ((0, "completed"), (1, "failed")):
+        (kept / "rotmnist" / "cnn" / f"seed{seed}").mkdir(parents=True)
+        (kept / "rotmnist" / "cnn" / f"seed{seed}" / "results.json").write_text(json.dumps({"status": status}))
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    import threading
+
+    import run_protocol
+
+    calls = []
+    original = run_protocol.subprocess.call
+    run_protocol.subprocess.call = lambda cmd, **kw: calls.append(cmd) or 0
+    try:
+        out.mkdir()
+        finished = {("rotmnist/cnn", s): threading.Event() for s in (0, 1)}
+        first = [run_protocol.run_job(out, "rotmnist/cnn", s, [], 1, finished, "", kept) for s in (0, 1)]
+        assert first[0] == f"skip rotmnist/cnn seed 0 (completed, committed in {kept})"
+        assert first[1].startswith("done rotmnist/cnn seed 1") and len(calls) == 1
+        (out / "rotmnist" / "cnn" / "seed0" / "checkpoints").mkdir(parents=True)  # a run of seed 0 started here
+        again = run_protocol.run_job(out, "rotmnist/cnn", 0, [], 1, finished, "", kept)
+        assert again.startswith("done rotmnist/cnn seed 0") and len(calls) == 2
+        assert run_protocol.run_job(out, "rotmnist/cnn", 0, [], 1, finished, "", None).startswith("done")
+    finally:
+        run_protocol.subprocess.call = original
