@@ -95,9 +95,11 @@ def test_pruned_search_is_permutation_equivariant():
 
 @pytest.mark.parametrize("layers", ["linear", "nonlinear"])
 def test_canonicalizer_frames_do_not_change(layers, monkeypatch):
-    """CN(L) and CN(NL) at the benchmark's size (1,024 points, k = 20): the same rotations with the pruned
+    """CN(L) and CN(NL) at the benchmark's size (1,024 points, k = 20): the same frame vectors with the pruned
     and the dense search, bit for bit (same neighbours in the same order: the inputs have no tie at any
-    point's 21 nearest distances, checked)."""
+    point's 21 nearest distances, checked). CN(L) through its reference path (materialised edges, sorted
+    neighbours); its pooled path sums over unordered neighbour sets, the same sets (the test below), so it
+    differs from the reference by summation order only: tests/test_pointcloud_fast_linear.py bounds that."""
     x = _clouds("surface", 4, 1024, seed=10)
     centred = x - x.mean(dim=1, keepdim=True)
     _, tie_free = _reference(centred, 20)
@@ -105,10 +107,10 @@ def test_canonicalizer_frames_do_not_change(layers, monkeypatch):
     torch.manual_seed(0)
     canon = VNPointCloudCanonicalizer(layers=layers, input="edges", k=20).eval()
     with torch.no_grad():
-        pruned = canon.group_element(x)
+        pruned = canon.reference_frame_vectors(x)
         monkeypatch.setattr(knn_module, "PRUNED_MIN_POINTS", 10**9)  # the dense search
         assert not _pruned_applies(centred, 20)
-        dense = canon.group_element(x)
+        dense = canon.reference_frame_vectors(x)
     assert torch.equal(pruned, dense)
 
 
@@ -118,3 +120,15 @@ def test_dense_search_is_kept_where_pruning_does_not_pay():
     assert not _pruned_applies(small.double(), 20)  # float64: its keys are float32 bits
     assert not _pruned_applies(torch.randn(1, 1024, 4), 20)  # feature-space graphs (DGCNN)
     assert _pruned_applies(_clouds("surface", 1, 1024, seed=11), 20)
+
+
+@pytest.mark.parametrize(("kind", "points", "k"), [("surface", 1024, 20), ("clusters", 1024, 20), ("surface", 128, 10)])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_unordered_rows_hold_the_same_neighbour_sets(kind, points, k, include_self):
+    """``ordered=False`` (the pooled CN(L) path, which only sums over neighbours) skips the final sort: every
+    row holds the ordered search's set, on the pruned search (1,024 points) and the dense one (128)."""
+    x = _clouds(kind, 3, points, seed=7 + points)
+    ordered = knn(x.transpose(1, 2), k, include_self=include_self, compute_mode=EXACT)
+    unordered = knn(x.transpose(1, 2), k, include_self=include_self, compute_mode=EXACT, ordered=False)
+    assert unordered.shape == ordered.shape
+    assert torch.equal(unordered.sort(dim=-1).values, ordered.sort(dim=-1).values)

@@ -319,8 +319,9 @@ class VNPointCloudCanonicalizer(Canonicalizer):
         centred = points - points.mean(dim=1, keepdim=True)  # (B, P, 3)
         coordinates = centred.transpose(1, 2)  # (B, 3, P), the reference's layout
         k = min(self.k, num_points)  # type: ignore[type-var]
-        # the reference's knn call on the same (B, 1, 3, P) view: the same graph
-        idx = knn(coordinates.unsqueeze(1), k, compute_mode=EXACT)  # (B, P, k)
+        # the reference's knn call on the same (B, 1, 3, P) view: the same graph. Its rows unsorted: only sums
+        # over each point's neighbours are taken here, so their order changes rounding only
+        idx = knn(coordinates.unsqueeze(1), k, compute_mode=EXACT, ordered=False)  # (B, P, k)
         # Coordinate-major (B, 3, P, k): one gather, and per-coordinate products on contiguous planes (a
         # third of the time of point-major (B, P, k, 3) tensors and torch.linalg.cross).
         coordinates = coordinates.contiguous()

@@ -51,14 +51,18 @@ def _flatten_points(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2)
 
 
-def knn(x: torch.Tensor, k: int, *, include_self: bool = True, compute_mode: str = FAST) -> torch.Tensor:
-    """Indices of the ``k`` nearest neighbours of every point, nearest first.
+def knn(x: torch.Tensor, k: int, *, include_self: bool = True, compute_mode: str = FAST,
+        ordered: bool = True) -> torch.Tensor:
+    """Indices of the ``k`` nearest neighbours of every point, nearest first (``ordered=False``: the same
+    neighbour set in an unspecified order, for callers that only sum over it; cheaper).
 
     Args:
         x: ``(B, C, N)`` features (``C = 3`` for coordinates) or VN features ``(B, C, 3, N)``.
         k: number of neighbours, ``1 ≤ k ≤ N`` (``≤ N − 1`` without self).
         include_self: count each point as its own nearest neighbour (distance 0), as DGCNN does.
         compute_mode: :data:`FAST` or :data:`EXACT` (see above).
+        ordered: sort each row nearest first (default). ``False`` skips that sort, and in the pruned search
+            the exact distances computed only for it; each row holds the same set of indices.
 
     Returns:
         ``(B, N, k)`` int64. Permuting the points permutes rows and relabels entries accordingly (the
@@ -75,11 +79,11 @@ def knn(x: torch.Tensor, k: int, *, include_self: bool = True, compute_mode: str
         raise ValueError(f"compute_mode must be one of {[FAST, EXACT]}, got {compute_mode!r}")
     if compute_mode == EXACT and _pruned_applies(points, k):
         with torch.no_grad():
-            return _knn_pruned(points, k, include_self)
+            return _knn_pruned(points, k, include_self, sort_rows=ordered)
     dist = torch.cdist(points, points, compute_mode=compute_mode)  # (B, N, N)
     if not include_self:
         dist = dist.masked_fill(torch.eye(n, dtype=torch.bool, device=dist.device), float("inf"))
-    return dist.topk(k, dim=-1, largest=False, sorted=True).indices
+    return dist.topk(k, dim=-1, largest=False, sorted=ordered).indices
 
 
 def _leaf_levels(n: int, leaf_size: int) -> int:
@@ -148,8 +152,10 @@ def _knn_pruned(
     include_self: bool = True,
     leaf_size: int = LEAF_SIZE,
     leaves_searched: int = LEAVES_SEARCHED,
+    sort_rows: bool = True,
 ) -> torch.Tensor:
-    """The pruned exact search (module docstring) on float32 point-major ``(B, N, D)``: ``(B, N, k)``.
+    """The pruned exact search (module docstring) on float32 point-major ``(B, N, D)``: ``(B, N, k)``
+    (``sort_rows=False``: the same sets, each row in an unspecified order).
 
     Why it is exact. ``approx`` (one matrix product, ``‖x‖² + ‖y‖² − 2⟨x, y⟩``) differs from the squared
     float32 distance of the dense search by at most ``delta`` = 16 (D + 3) u s² (u: float32 roundoff; s: the
@@ -159,7 +165,9 @@ def _knn_pruned(
     either distance) and every leaf not searched lies farther than the k-th candidate plus 4 ``delta`` (its
     box's distance bounds all its points'); the order within the set is then sorted by exact distance. Any
     other point is redone with exact distances: over its candidates when only the first test failed, over
-    all points otherwise.
+    all points otherwise. The covering test first uses the distances between boxes (a leaf's box lies no
+    farther from another box than any of its points does), and computes a point's own distances to the boxes
+    only where that weaker bound does not already pass: the same test, at a fraction of the cost.
     """
     b, n, d = points.shape
     device = points.device
@@ -191,9 +199,6 @@ def _knn_pruned(
     searched_leaves = nearest.topk(searched, dim=-1, largest=False, sorted=True).indices  # (B, leaves, S)
     is_searched = torch.zeros(b, leaves, leaves, dtype=torch.bool, device=device)
     is_searched.scatter_(2, searched_leaves, True)
-    # squared distance of each point to the nearest leaf that its leaf does not search
-    unsearched = to_boxes(ordered).view(b, leaves, size, leaves)
-    unsearched = unsearched.masked_fill_(is_searched.unsqueeze(2), float("inf")).amin(-1).view(b, n)
 
     squares = ordered.square().sum(-1)  # (B, N)
     delta = 16 * (d + 3) * _ROUNDOFF * squares.amax(1, keepdim=True)  # (B, 1)
@@ -209,17 +214,48 @@ def _knn_pruned(
     if not include_self:  # a point is its own leaf's (the first searched) point at its own place
         diagonal = torch.arange(size, device=device)
         approx.view(b, leaves, size, width)[:, :, diagonal, diagonal] = float("inf")
-    values, slots = approx.topk(k + 1, dim=-1, largest=False, sorted=True)
-    kth = values[..., k - 1]
-    covered = unsearched > kth + 4 * delta
-    separated = values[..., k] - kth > 4 * delta
+    # the k + 1 nearest candidates, unsorted (sorting them costs more than the two largest): the (k+1)-th is
+    # the largest of them, the k-th the second largest, and the k nearest are the rest
+    values, slots = approx.topk(k + 1, dim=-1, largest=False, sorted=False)
+    last_two = values.topk(2, dim=-1, largest=True, sorted=True)
+    kth = last_two.values[..., 1]
+    bound = kth + 4 * delta  # (B, N): no point of a leaf not searched may come closer than this
+    separated = last_two.values[..., 0] - kth > 4 * delta
+    # drop the (k+1)-th: the last slot takes its place (a no-op when it is the last)
+    slots = slots.scatter(-1, last_two.indices[..., :1], slots[..., k:])[..., :k]
 
-    row_leaves = searched_leaves[:, torch.arange(n, device=device) // size]  # (B, N, S)
-    slots = slots[..., :k]
-    chosen = torch.gather(row_leaves, 2, slots // size) * size + slots % size  # k-d positions (B, N, k)
+    # squared distance of each leaf's box to the nearest box its leaf does not search: a lower bound on
+    # each of its points' distances to those boxes (B, leaves), then the points' own where it does not pass
+    gaps = torch.zeros(b, leaves, leaves, dtype=points.dtype, device=device)
+    for axis in range(d):
+        low_a, high_a = low[:, :, axis], high[:, :, axis]
+        gaps += torch.maximum(low_a.unsqueeze(1) - high_a.unsqueeze(2),
+                              low_a.unsqueeze(2) - high_a.unsqueeze(1)).clamp_min_(0).square_()
+    box_bound = gaps.masked_fill_(is_searched, float("inf")).amin(-1)  # (B, leaves)
+    covered = box_bound.repeat_interleave(size, dim=1) > bound  # (B, N)
+    unsure = (~covered).nonzero()
+    if unsure.numel():
+        ub, ui = unsure.unbind(1)
+        planes = ordered[ub, ui]  # (U, D)
+        to_box = torch.zeros(ub.shape[0], leaves, dtype=points.dtype, device=device)
+        for axis in range(d):
+            coordinate = planes[:, axis].unsqueeze(1)
+            to_box += torch.maximum(low[ub, :, axis] - coordinate, coordinate - high[ub, :, axis]).clamp_min_(0).square_()
+        to_box.masked_fill_(is_searched[ub, ui // size], float("inf"))
+        covered[ub, ui] = to_box.amin(-1) > bound[ub, ui]
+
+    # the chosen candidates' k-d positions: candidate slot s of a point of leaf a is point s % size of the
+    # (s // size)-th leaf that a searches, read from one (B, leaves, width) table
+    positions = (searched_leaves.unsqueeze(-1) * size + torch.arange(size, device=device)).view(b, leaves, width)
     batch = torch.arange(b, device=device).view(b, 1, 1)
-    dist = torch.linalg.vector_norm(ordered.unsqueeze(2) - ordered[batch, chosen], dim=-1)  # (B, N, k)
-    result = _distance_keys(dist, perm[batch, chosen]).sort(dim=-1).values & 0xFFFFFFFF
+    leaf_of = (torch.arange(n, device=device) // size).view(1, n, 1)
+    chosen = positions[batch, leaf_of, slots]  # (B, N, k)
+    if sort_rows:
+        dist = torch.linalg.vector_norm(ordered.unsqueeze(2) - ordered[batch, chosen], dim=-1)
+        result = _distance_keys(dist, perm[batch, chosen]).sort(dim=-1).values & 0xFFFFFFFF
+    else:
+        result = perm[batch, chosen]
+    row_leaves = searched_leaves.repeat_interleave(size, dim=1)  # (B, N, S)
 
     redo = (covered & ~separated).nonzero()
     if redo.numel():
