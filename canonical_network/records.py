@@ -5,7 +5,8 @@ The one home of the record: its fields (:class:`RunResults`), its file name (:da
 it (:func:`write_results`) and reading it back (:func:`read_results`, :func:`find_results`).
 
 For ``tables`` and ``report`` there is one record per run folder, flattened for matching: ``experiment``,
-``status``, ``seed``, ``epochs``, ``metrics`` (a dict of ``test/*`` values), ``overrides`` (the command line),
+``status``, ``seed``, ``epochs``, ``metrics`` (a dict of ``test/*`` values, and the ``diagnose/*`` continuity
+figures of the run's own diagnosis where it has one: :func:`diagnosed_metrics`), ``overrides`` (the command line),
 ``config.<dotted key>``, ``environment.<key>`` (where it ran) and ``code_version.<key>`` (``commit``, ``dirty``,
 ``package``: which code ran it). Besides loading, this module says what a run *was*: its data set
 (:func:`dataset_of`), its budget (:func:`budget_of`), the overrides that make it an ablation of its row
@@ -243,8 +244,39 @@ def load_runs(folder: Path, include_evaluated: bool = False) -> list[dict[str, A
         if record["status"] == EVALUATED and not include_evaluated:
             continue
         record["path"] = str(path)
+        record["metrics"].update(diagnosed_metrics(path.parent))
         runs.append(record)
     return runs
+
+
+#: where ``scripts/diagnose_runs.py`` writes a run's diagnosis, relative to its folder
+DIAGNOSIS_FILE = "diagnose/diagnostics.json"
+
+
+def diagnosed_metrics(run_dir: Path | str) -> dict[str, float]:
+    """The continuity figures of a run's own diagnosis (:data:`DIAGNOSIS_FILE`, ``scripts/diagnose_runs.py``) as
+    metrics ``diagnose/<perturbation>/<figure>`` (perturbation ``rotation``: a small rotation outside the
+    discrete group, ``jitter``: noise on the points or pixels; figure ``jump_rate``, ``element_change_rate``,
+    ``mean_rel``, ``max_rel``), and ``diagnose/equivariance_max_rel``; empty when the run has none or it is
+    unreadable (a warning)."""
+    path = Path(run_dir) / DIAGNOSIS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        diagnosis = json.loads(path.read_text())
+        metrics: dict[str, float] = {}
+        for name, figures in ((diagnosis.get("continuity") or {}).get("by_perturbation") or {}).items():
+            for figure in ("jump_rate", "element_change_rate", "mean_rel", "max_rel"):
+                value = figures.get(figure)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    metrics[f"diagnose/{name}/{figure}"] = float(value)
+        exact = ((diagnosis.get("equivariance") or {}).get("exact") or {}).get("max_rel")
+        if isinstance(exact, (int, float)) and not isinstance(exact, bool):
+            metrics["diagnose/equivariance_max_rel"] = float(exact)
+        return metrics
+    except (OSError, ValueError, AttributeError) as err:
+        print(f"warning: skipping unreadable {path}: {err}", file=sys.stderr)
+        return {}
 
 
 def dataset_of(run: dict) -> tuple[str, bool]:
@@ -330,9 +362,12 @@ METRICS = {
 
 
 def metric_info(name: str) -> Metric | None:
-    """The meaning of a logged metric, or None when unknown. Orbit figures are errors in %."""
+    """The meaning of a logged metric, or None when unknown. Orbit figures are errors in %; a diagnosis's
+    continuity figures (:func:`diagnosed_metrics`) are fractions or relative changes, lower is better."""
     if name in METRICS:
         return METRICS[name]
     if name.startswith("test/orbit/"):
         return Metric("%", True)
+    if name.startswith("diagnose/"):
+        return Metric("fraction" if name.endswith("_rate") else "", True)
     return None

@@ -225,8 +225,8 @@ def render_inference(folder: Path) -> list[str]:
     records = []
     for path in files:
         record = json.loads(path.read_text())
-        if not isinstance(record, dict) or "schema" not in record:
-            continue  # not a benchmark record
+        if not isinstance(record, dict) or not str(record.get("schema", "")).startswith("inference-benchmark/"):
+            continue  # not an inference benchmark record (the folder also holds other benchmarks' records)
         check_record(record, path.name)
         records.append((path.name, record))
     if not records:

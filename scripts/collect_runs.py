@@ -1,4 +1,5 @@
-"""Copy the small raw record of finished runs (``results.json``, ``csv/metrics.csv``) into a folder to commit.
+"""Copy the small raw record of finished runs (``results.json``, ``csv/metrics.csv`` and, where
+``scripts/diagnose_runs.py`` made one, ``diagnose/diagnostics.json``) into a folder to commit.
 
     python scripts/collect_runs.py outputs/reproduction docs/reproduction/runs
 
@@ -18,9 +19,9 @@ import argparse
 import shutil
 from pathlib import Path
 
-from canonical_network.records import FINAL_STATUSES, RESULTS_FILE, find_results, read_results
+from canonical_network.records import DIAGNOSIS_FILE, FINAL_STATUSES, RESULTS_FILE, find_results, read_results
 
-KEPT = (RESULTS_FILE, "csv/metrics.csv")
+KEPT = (RESULTS_FILE, "csv/metrics.csv", DIAGNOSIS_FILE)
 #: the folder prefix the point-cloud budget's runs had before issue 34 (``pts<points>_`` since)
 LEGACY_PREFIX = "cpu_"
 

@@ -177,6 +177,10 @@ case "${1:-}" in
             canonicalization.symmetrization="$mode" canonicalization.frame_size=2
         fi
       done
+      # the continuity figures of the report's symmetrization tables: each finished run's tested checkpoint
+      # diagnosed in place (<run>/diagnose/diagnostics.json, kept by the report stage's collect)
+      "$PY" scripts/diagnose_runs.py "$OUT" --match "*/*/*sym_*/seed*" --num-samples "${SYM_DIAG_SAMPLES:-128}" \
+        || FAILED_CALLS=$((FAILED_CALLS + 1))
     done ;;
   nbody-ablations)
     run dropout0 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.dropout=0.0

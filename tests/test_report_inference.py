@@ -101,6 +101,7 @@ def test_fig_3_rows_quote_the_paper_which_gives_no_numbers(tmp_path):
     _write(tmp_path, "image_inference.json", _image_record())
     _write(tmp_path, "pointcloud_inference.json", _pointcloud_record())
     _write(tmp_path, "unrelated.json", {"status": "done"})  # not a benchmark record: skipped
+    _write(tmp_path, "other_cost.json", {"schema": "symmetrization-cost/1"})  # another benchmark's record: skipped
     lines = render_inference(tmp_path)
     headings = [line for line in lines if line.startswith("### ")]
     assert [h.split(":")[0] for h in headings] == ["### Fig. 3", "### Table 5a"]  # file-name order
