@@ -19,7 +19,10 @@ A block sits between ``<!-- generated:<name> -->`` and ``<!-- /generated:<name> 
   from the record ``scripts/dress_rehearsal.py`` wrote to ``docs/benchmarks/dress_rehearsal.json``;
 * ``pointcloud-overhead``: the point-cloud canonicalizers' inference time against PointNet's at 1,024 points
   (``docs/measurements.md``), from the record ``scripts/benchmark_pointcloud_inference.py`` wrote to
-  ``docs/benchmarks/pointcloud_inference_1024.json``.
+  ``docs/benchmarks/pointcloud_inference_1024.json``;
+* ``symmetrization-cost``: the inference cost per input of each ``canonicalization.symmetrization`` mode against
+  ``canonical`` (``docs/symmetrization.md``), from the record ``scripts/benchmark_symmetrization.py`` wrote to
+  ``docs/reproduction/benchmarks/symmetrization_cost.json``.
 """
 
 from __future__ import annotations
@@ -274,11 +277,44 @@ def pointcloud_overhead(path: Path = POINTCLOUD_OVERHEAD) -> list[str]:
     return lines
 
 
+#: the record the ``symmetrization-cost`` block renders (``scripts/benchmark_symmetrization.py --output``)
+SYMMETRIZATION_COST = PROJECT_ROOT / "docs" / "reproduction" / "benchmarks" / "symmetrization_cost.json"
+
+
+def symmetrization_cost_table(record: dict) -> list[str]:
+    """Per setup and mode: the predictor passes ``k``, the median CPU time per batch and per input, and the
+    ratio to ``canonical`` paired within a round (median and quartiles), and how the record was made."""
+    lines = ["| model | mode | k (predictor passes) | CPU s / batch | CPU ms / input "
+             "| × canonical, same round: median [q1, q3] |",
+             "|---|---|---:|---:|---:|---|"]
+    for name, setup in record["setups"].items():
+        for i, (mode, m) in enumerate(setup["modes"].items()):
+            label = f"`{setup['experiment']}` {name.removeprefix(setup['experiment']).strip()}".strip() if i == 0 else ""
+            lines.append(f"| {label} | `{mode}` | {m['k']} | {m['seconds_per_batch']:.3f} "
+                         f"| {m['seconds_per_input'] * 1e3:.3f} "
+                         f"| {m['ratio']:.2f}× [{m['ratio_q1']:.2f}, {m['ratio_q3']:.2f}] |")
+    batches = ", ".join(f"{setup['experiment']} {setup['batch_size']}" for setup in record["setups"].values())
+    load_end = "–" if record.get("load_end") is None else f"{record['load_end']:.1f}"
+    lines += ["", f"Measured {record['date']} by `{record['command']}` on {record['machine']}, {record['threads']} "
+                  f"torch thread(s), load average {record['load_start']:.1f} at the start and {load_end} at the end; "
+                  f"{record['rounds']} rounds, each one forward pass of every mode on the same fixed synthetic batch "
+                  f"(the config's `data.batch_size`: {batches}), in an order rotated every round, after an untimed "
+                  f"warm-up pass; `frame_size={record['frame_size']}`; time: the process's CPU time, eval mode, "
+                  "`torch.inference_mode`. Medians over the rounds; the ratio is to `canonical` in the same round. "
+                  "k is read off the frame the canonicalizer builds (`Frame.size`)."]
+    return lines
+
+
+def symmetrization_cost(path: Path = SYMMETRIZATION_COST) -> list[str]:
+    return symmetrization_cost_table(json.loads(path.read_text()))
+
+
 GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups, "experiments": experiments,
                                                    "paper-rows": paper_rows, "api-example": api_example,
                                                    "permutation-cost": permutation_cost, "protocol-cost": protocol_cost,
                                                    "dress-rehearsal": dress_rehearsal,
-                                                   "pointcloud-overhead": pointcloud_overhead}
+                                                   "pointcloud-overhead": pointcloud_overhead,
+                                                   "symmetrization-cost": symmetrization_cost}
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 
