@@ -332,10 +332,43 @@ NEUTRAL_OVERRIDE_PREFIXES = (
 )
 
 
-def variant_of(run: dict) -> tuple[str, ...]:
-    """The overrides that make a run differ from its experiment's own config (empty: the row itself)."""
-    overrides = run.get("overrides") or []
-    return tuple(sorted(o for o in overrides if not o.startswith(NEUTRAL_OVERRIDE_PREFIXES)))
+@dataclass(frozen=True)
+class DefaultChange:
+    """A default of a row's config that changed after runs were recorded: ``key`` went from ``old`` to ``new`` in
+    ``experiments``. A run is placed by the value it ran with, not by its command line: a run that took the old
+    default without an override is the variant ``key=old``; a run that set ``key=new`` by an override (an
+    ablation before the change) is the row itself. So changing a default never pools runs of two configs."""
+
+    experiments: tuple[str, ...]
+    key: str
+    old: Any
+    new: Any
+    why: str
+
+
+#: the defaults changed after runs were recorded (see :class:`DefaultChange`), each with the evidence for it
+DEFAULT_CHANGES: tuple[DefaultChange, ...] = ()
+
+
+def _override_value(override: str) -> tuple[str, str]:
+    key, _, value = override.lstrip("+~").partition("=")
+    return key, value
+
+
+def variant_of(run: dict, changes: tuple[DefaultChange, ...] | None = None) -> tuple[str, ...]:
+    """The overrides that make a run differ from its experiment's own config (empty: the row itself), with the
+    defaults changed since it ran (:data:`DEFAULT_CHANGES`) read from the values it ran with."""
+    overrides = [o for o in run.get("overrides") or [] if not o.startswith(NEUTRAL_OVERRIDE_PREFIXES)]
+    for change in DEFAULT_CHANGES if changes is None else changes:
+        if run.get("experiment") not in change.experiments:
+            continue
+        value = run.get(f"config.{change.key}")
+        explicit = [o for o in overrides if _override_value(o)[0] == change.key]
+        if explicit and value == change.new:
+            overrides = [o for o in overrides if o not in explicit]  # set then, the default now
+        elif not explicit and value == change.old:
+            overrides.append(f"{change.key}={change.old}")  # the default then, a variant now
+    return tuple(sorted(overrides))
 
 
 @dataclass(frozen=True)
