@@ -277,8 +277,8 @@ def _run(cfg: DictConfig) -> RunResults:
 
 
 def write_failure(cfg: DictConfig, error: BaseException) -> None:
-    """Keep the record of a failed attempt (``attempts/``), and as the folder's results.json unless that holds
-    a completed run (:func:`~canonical_network.records.write_failure_record`): a sweep's table shows the
+    """Keep the record of a failed attempt (``attempts/``; ``"status": "diverged"`` for a non-finite training
+    loss, else ``"failed"``), and as the folder's results.json unless that holds a completed run (:func:`~canonical_network.records.write_failure_record`): a sweep's table shows the
     reason in an empty cell, and a failed rerun never replaces a finished run's record. Written by global rank 0
     only, as every record (under Slurm every rank of a job runs this command)."""
     from lightning.fabric.utilities.rank_zero import rank_zero_only
@@ -288,9 +288,13 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
     try:
         output_dir = Path(cfg.paths.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
+        # A non-finite training loss (the task's check raises FloatingPointError) is the run's own outcome, not
+        # an accident of the machine: a rerun of the same seed repeats it, so its record is final ("diverged",
+        # listed by the report, never pooled) and a stage does not start it again.
+        diverged = isinstance(error, FloatingPointError)
         record: RunResults = {
             "experiment": cfg.get("experiment_name"),
-            "status": FAILED,
+            "status": DIVERGED if diverged else FAILED,
             "error": f"{type(error).__name__}: {error}"[:2000],
             "seed": cfg.get("seed"),
             "overrides": command_overrides(),
@@ -298,6 +302,8 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
             "config": OmegaConf.to_container(cfg, resolve=False),
             "code_version": code_version(),
         }
+        if diverged:
+            record["divergence"] = str(error)[:2000]
         write_failure_record(output_dir, record)
     except Exception:  # never hide the original error behind a reporting one
         log.exception("could not write the failure record")

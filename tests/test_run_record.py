@@ -229,3 +229,18 @@ def test_skip_finished_leaves_a_finished_folder_alone_and_returns_its_record(fin
     record = run(cfg)
     assert record == json.loads((folder / RESULTS_FILE).read_text()) and record["status"] == "completed"
     assert snapshot(folder) == before
+
+
+def test_a_non_finite_training_loss_is_a_final_diverged_record(tmp_path):
+    """The task raises FloatingPointError when the training loss is not finite: a rerun of the seed repeats it, so
+    the record is final (a stage skips it) and the report lists it as diverged, not as a missing result."""
+    from canonical_network.records import DIVERGED, final_status
+
+    cfg = compose_config(ROW, tmp_path)
+    write_failure(cfg, FloatingPointError("training loss is inf at epoch 0, step 15: the run diverged."))
+    record = json.loads((tmp_path / RESULTS_FILE).read_text())
+    assert record["status"] == DIVERGED and "step 15" in record["divergence"]
+    assert final_status(tmp_path) == DIVERGED
+    assert [r["status"] for r in load_runs(tmp_path)] == [DIVERGED]
+    write_failure(cfg, RuntimeError("later crash"))  # a later failure never replaces the final record
+    assert json.loads((tmp_path / RESULTS_FILE).read_text())["status"] == DIVERGED
