@@ -21,6 +21,7 @@
 #   scripts/reproduce.sh shapenet-cpu    # every row of Table 5b at that CPU budget, its 2 protocols, seeds 0-2 (PointNet rows 0-1)
 #   scripts/reproduce.sh adapt-mnist     # the embedded adapt table (ResNet-18, upright train), ADAPT_EPOCHS, ADAPT_SEEDS
 #   scripts/reproduce.sh adapt-mnist-long  # its backbone and prior rows at 30 epochs
+#   scripts/reproduce.sh adapt-symmetrization  # CN(C8)+prior-ResNet18 trained canonically, tested canonical/weighted/sampled
 #   scripts/reproduce.sh diagnose        # diagnose the trained Rotated MNIST checkpoints (docs/reproduction/diagnostics)
 #   scripts/reproduce.sh benchmarks      # Table 5a and Fig. 3 inference times (docs/reproduction/benchmarks), minutes on a CPU
 #   scripts/reproduce.sh paper-slurm     # every table at the paper's protocol on a Slurm cluster with GPUs (5 seeds)
@@ -291,6 +292,37 @@ case "${1:-}" in
       adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs="${ADAPT_EPOCHS:-15}" ;;
   adapt-mnist-long)  # does a longer budget close CN(C8)+prior's upright gap to the ResNet-18? (30 epochs, ADAPT_SEEDS)
     run ep30 "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs=30 ;;
+  adapt-symmetrization)  # issue 38 item 4: does averaging a few poses at test time only recover the upright gap of
+                         # CN(C8)+prior-ResNet18 (trained canonically, ADAPT_EPOCHS, ADAPT_SEEDS) to the plain
+                         # ResNet-18? Its own scratch folder (not OUT: the row's committed records are neither
+                         # skipped nor overwritten), then each seed's tested checkpoint evaluated three ways into
+                         # outputs/adapt_symmetrization/eval/<mode>/seed<k> (done ones skipped); the small records
+                         # go to docs/reproduction/adapt_symmetrization/<mode>/seed<k> for the report
+    local sym_out=outputs/adapt_symmetrization sym_docs=docs/reproduction/adapt_symmetrization seed mode ckpt dest
+    OUT="$sym_out/train" COMMITTED="" run "" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/cn_c8_prior_resnet18 -- \
+      trainer.max_epochs="${ADAPT_EPOCHS:-15}"
+    for seed in ${ADAPT_SEEDS:-0 1 2}; do
+      # the tested (best-validation) checkpoint of a completed run, as its record names it
+      ckpt=$("$PY" -c 'import json, sys; r = json.load(open(sys.argv[1]))
+print(r["checkpoint"] if r.get("status") == "completed" else "")' \
+        "$sym_out/train/adapt_mnist/cn_c8_prior_resnet18/seed$seed/results.json" 2>/dev/null || true)
+      if [[ -z "$ckpt" ]]; then
+        echo "skip seed $seed: no completed run in $sym_out/train" >&2; FAILED_CALLS=$((FAILED_CALLS + 1)); continue
+      fi
+      for mode in canonical weighted_frame sampled; do
+        dest="$sym_out/eval/$mode/seed$seed"
+        if [[ -f "$dest/results.json" ]]; then
+          echo "skip $mode seed $seed: evaluated in $dest"
+        else
+          # shellcheck disable=SC2086
+          OMP_NUM_THREADS="${THREADS:-1}" MKL_NUM_THREADS="${THREADS:-1}" "$PY" -m canonical_network.evaluate \
+            ckpt_path="$ckpt" canonicalization.symmetrization="$mode" canonicalization.frame_size="${SYM_FRAME:-2}" \
+            seed="$seed" logger=csv hydra.run.dir="$dest" $EXTRA || { FAILED_CALLS=$((FAILED_CALLS + 1)); continue; }
+        fi
+        mkdir -p "$sym_docs/$mode/seed$seed"
+        cp "$dest/results.json" "$sym_docs/$mode/seed$seed/results.json"
+      done
+    done ;;
   diagnose)  # diagnose the tested (best-validation) checkpoint of seed DIAG_SEED (default 1) of each Table 1-2 row
     for row in cn_p64 cn_p4 cn_p4_frozen cn_pca cnn cnn_aug; do
       ckpt=$(ls "$OUT/rotmnist/$row/seed${DIAG_SEED:-1}/checkpoints/"epoch_*.ckpt 2>/dev/null | head -1)
