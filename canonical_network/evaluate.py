@@ -7,7 +7,11 @@ user's overrides are applied to that config; they may change the data (``data=<o
 (``model.orbit_rotations=8`` for images), ``seed``, ``trainer=gpu``, ``logger=csv``, paths and Hydra's
 settings, but never the network: an override of ``canonicalization.*``, ``prediction.*``, ``data_info.*``
 or another ``model.*`` key fails before anything is created, naming the key and what may be overridden.
-The one exception adds no weights: ``canonicalization=tta`` (test-time canonicalization, with its own
+The exceptions add no weights: the canonicalizer's symmetrization keys (``canonicalization.symmetrization``,
+``frame_size``, ``frame_temperature``, ``frame_weights``; docs/symmetrization.md), e.g.
+``canonicalization.symmetrization=weighted_frame canonicalization.frame_size=2`` to average a checkpoint
+trained canonically over its two best poses at test time (a mode the canonicalizer cannot build fails with
+the canonicalizer's own error), and ``canonicalization=tta`` (test-time canonicalization, with its own
 ``canonicalization.<key>`` options) in front of a checkpoint whose canonicalizer is the identity.
 
 Then ``trainer.test`` runs, logging to the same loggers as training (W&B offline and CSV by default), and
@@ -38,6 +42,7 @@ from canonical_network.utils.checkpoints import (
     load_checkpoint,
     load_weights,
     require_run_config,
+    use_symmetrization,
     use_training_free_canonicalizer,
 )
 from canonical_network.utils.checks import ConfigError
@@ -152,6 +157,7 @@ def evaluate(cfg: DictConfig) -> RunResults:
     check_targets(stored, path, trusted)
     validate_run_config(cfg)  # first: a data set of another task is named as such
     use_training_free_canonicalizer(cfg)  # canonicalization=tta: the task's canonicalizer becomes it
+    use_symmetrization(cfg)  # canonicalization.symmetrization=...: the task's canonicalizer takes it
     check_architecture_unchanged(stored, cfg)
     if (output_dir / RESULTS_FILE).exists():
         raise ConfigError(_FOLDER_TAKEN.format(folder=output_dir))

@@ -73,6 +73,13 @@ def nbody_run(tmp_path_factory):
     return _trained(tmp_path_factory, "nbody_run", overrides)
 
 
+@pytest.fixture(scope="module")
+def canonicalized_image_run(tmp_path_factory):
+    """``(results, best checkpoint)`` of a tiny rotmnist/cn_p4 run (a learned C4 canonicalizer, trained
+    canonically)."""
+    return _trained(tmp_path_factory, "canonicalized_image_run", ["experiment=rotmnist/cn_p4", "data.batch_size=32"])
+
+
 def assert_same_metrics(evaluated: dict, trained: dict) -> float:
     assert evaluated.keys() == trained.keys()
     worst = max(abs(evaluated[k] - trained[k]) for k in trained)
@@ -150,6 +157,9 @@ def test_evaluation_options_change_what_is_reported(image_run, tmp_path):
 
 @pytest.mark.parametrize("override, key", [
     ("canonicalization.num_rotations=8", "canonicalization.num_rotations"),
+    ("canonicalization.prior_weight=1.0", "canonicalization.prior_weight"),
+    ("+canonicalization.frame_extra=1", "canonicalization.frame_extra"),
+    ("model.canonicalizer.symmetrization=full", "model.canonicalizer.symmetrization"),
     ("canonicalization=gcnn", "canonicalization"),
     ("prediction.width=2.0", "prediction.width"),
     ("model.num_classes=5", "model.num_classes"),
@@ -167,6 +177,54 @@ def test_architecture_overrides_are_refused_naming_the_key(image_run, tmp_path, 
     assert not (tmp_path / "eval").exists()
     with pytest.raises(ConfigError, match=rf"^{key} cannot be overridden"):
         model_from_checkpoint(ckpt, [override])
+
+
+@pytest.mark.parametrize("override, key, value, spec", [
+    ("canonicalization.symmetrization=sampled", "symmetrization", "sampled", "mode"),
+    ("canonicalization.frame_size=3", "frame_size", 3, "size"),
+    ("canonicalization.frame_temperature=0.5", "frame_temperature", 0.5, "temperature"),
+    ("canonicalization.frame_weights=softmax_gap", "frame_weights", "softmax_gap", "weights"),
+])
+def test_the_symmetrization_keys_may_be_overridden_and_reach_the_canonicalizer(canonicalized_image_run, override,
+                                                                               key, value, spec):
+    _, ckpt = canonicalized_image_run
+    assert compose_evaluation(ckpt, [override]).canonicalization[key] == value
+    model = model_from_checkpoint(ckpt, [override])  # the same weights, strictly loaded
+    assert getattr(model.canonicalizer.frame_spec, spec) == value
+    assert model.run_config["model"]["canonicalizer"][key] == value
+    trained = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    assert all(torch.equal(v, trained[k]) for k, v in model.state_dict().items())
+
+
+def test_a_checkpoint_trained_canonically_is_evaluated_with_a_weighted_frame(canonicalized_image_run, tmp_path):
+    trained, ckpt = canonicalized_image_run
+    assert trained["config"]["canonicalization"]["symmetrization"] == "canonical"
+    overrides = ["logger=none", "canonicalization.symmetrization=weighted_frame", "canonicalization.frame_size=2"]
+    results = evaluate(compose_evaluation(ckpt, overrides, tmp_path))
+    assert results["status"] == EVALUATED and results["params"] == trained["params"]  # no weights added
+    for node in (results["config"]["canonicalization"], results["config"]["model"]["canonicalizer"]):
+        assert node["symmetrization"] == "weighted_frame" and node["frame_size"] == 2
+    assert read_results(tmp_path)["config"]["canonicalization"]["symmetrization"] == "weighted_frame"
+    assert results["metrics"].keys() == trained["metrics"].keys()
+    # two predictor passes per input: the frame holds the two best of the four rotations
+    model = model_from_checkpoint(ckpt, overrides[1:])
+    images = torch.randn(3, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        outputs, frame = model.network.frame_outputs(images)
+    assert outputs.shape[:2] == (2, 3) and frame.size == 2
+
+
+def test_a_symmetrization_the_canonicalizer_cannot_build_fails_with_its_own_error(canonicalized_image_run,
+                                                                                  tmp_path):
+    _, ckpt = canonicalized_image_run
+    cfg = compose_evaluation(ckpt, ["logger=none", "canonicalization.symmetrization=averaged"], tmp_path / "eval")
+    expected = r"canonicalization\.symmetrization must be one of \['canonical', 'weighted_frame', 'sampled', " \
+               r"'full'\]; got 'averaged'"
+    with pytest.raises(ConfigError, match=expected):
+        evaluate(cfg)
+    assert not (tmp_path / "eval" / RESULTS_FILE).exists()
+    with pytest.raises(Exception, match=expected):
+        model_from_checkpoint(ckpt, ["canonicalization.symmetrization=averaged"])
 
 
 def test_data_of_another_task_is_refused_before_anything_is_created(image_run, tmp_path):

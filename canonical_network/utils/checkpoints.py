@@ -111,6 +111,15 @@ RUN_CONFIG_VERSION = 1
 ARCHITECTURE_SECTIONS = ("canonicalization", "prediction", "model", "data_info")
 #: Overrides that swap a whole architecture (a config group of train.yaml that picks one).
 _ARCHITECTURE_GROUPS = ("experiment",)
+#: The canonicalizer's symmetrization keys (docs/symmetrization.md): they say over which weighted group elements
+#: the trained predictor is averaged and add no weights, so an evaluation may change them, e.g. test a
+#: checkpoint trained canonically with ``canonicalization.symmetrization=weighted_frame``. A mode the
+#: canonicalizer cannot build still fails, with the canonicalizer's own error, when the model is built.
+SYMMETRIZATION_KEYS = ("symmetrization", "frame_size", "frame_temperature", "frame_weights")
+#: Those keys as the dotted keys an override or a config difference names (``model.canonicalizer`` is the
+#: interpolated ``${canonicalization}`` of the task's config).
+_SYMMETRIZATION_OVERRIDES = frozenset(f"canonicalization.{key}" for key in SYMMETRIZATION_KEYS)
+_SYMMETRIZATION_DIFFERENCES = _SYMMETRIZATION_OVERRIDES | {f"model.canonicalizer.{key}" for key in SYMMETRIZATION_KEYS}
 
 
 #: Canonicalization options with no weights, hence evaluation options rather than architecture: any of them
@@ -260,14 +269,14 @@ def refused_override(override: str, options: tuple[str, ...]) -> str | None:
 
     ``override`` is a Hydra override (``key=value``, ``+key=value``, ``~key``, ``group=option``); refused are
     the :data:`ARCHITECTURE_SECTIONS` and their keys (``canonicalization=gcnn``, ``prediction.width=2``,
-    ``model.optimizer.lr=0.1``), except ``model.<option>`` for ``option`` in ``options``, and
-    ``experiment=<row>``.
+    ``model.optimizer.lr=0.1``), except ``model.<option>`` for ``option`` in ``options`` and the
+    :data:`SYMMETRIZATION_KEYS` (``canonicalization.symmetrization=weighted_frame``), and ``experiment=<row>``.
     """
     key = override.lstrip("+~").split("=", 1)[0].strip()
     section = re.split(r"[./@]", key, maxsplit=1)[0]
     if section in _ARCHITECTURE_GROUPS:
         return key
-    if section not in ARCHITECTURE_SECTIONS:
+    if section not in ARCHITECTURE_SECTIONS or key in _SYMMETRIZATION_OVERRIDES:
         return None
     if section == "model" and key in {f"model.{option}" for option in options}:
         return None
@@ -281,7 +290,8 @@ def architecture_error(key: str, options: tuple[str, ...], detail: str = "") -> 
         f"{key}{detail} cannot be overridden when evaluating a checkpoint: its weights belong to the network "
         f"its run config describes ({', '.join(f'{s}.*' for s in ARCHITECTURE_SECTIONS)} are fixed). What may be "
         f"overridden: data (data=<option> with the same data_info sizes, data.<key>, e.g. data.rotation or "
-        f"data.batch_size), the task's evaluation options ({allowed}), seed, trainer, logger, paths and hydra. "
+        f"data.batch_size), the task's evaluation options ({allowed}), the symmetrization of the canonicalizer "
+        f"({', '.join(f'canonicalization.{k}' for k in SYMMETRIZATION_KEYS)}), seed, trainer, logger, paths and hydra. "
         "To change the network, train it: python -m canonical_network.train experiment=<row> <overrides>"
     )
 
@@ -323,6 +333,27 @@ def use_training_free_canonicalizer(config: DictConfig) -> bool:
     with open_dict(config):
         config.model.canonicalizer = OmegaConf.create(OmegaConf.to_container(canonicalization, resolve=True))
     return True
+
+
+def use_symmetrization(config: DictConfig) -> None:
+    """Give the task's canonicalizer the :data:`SYMMETRIZATION_KEYS` of the config's top-level
+    ``canonicalization``. A stored run config is resolved, so its ``model.canonicalizer`` is a copy, not the
+    ``${canonicalization}`` interpolation of the yaml: without this step
+    ``canonicalization.symmetrization=weighted_frame`` would change the top-level key only and the network
+    would still be tested canonically."""
+    from omegaconf import open_dict
+
+    canonicalization = config.get("canonicalization")
+    model = config.get("model")
+    if canonicalization is None or model is None or OmegaConf.is_interpolation(model, "canonicalizer"):
+        return
+    canonicalizer = model.get("canonicalizer")
+    if not isinstance(canonicalizer, DictConfig):
+        return
+    with open_dict(canonicalizer):
+        for key in SYMMETRIZATION_KEYS:
+            if key in canonicalization:
+                canonicalizer[key] = canonicalization[key]
 
 
 def check_overrides(overrides: list[str] | tuple[str, ...], stored: dict[str, Any]) -> None:
@@ -380,6 +411,8 @@ def check_architecture_unchanged(stored: dict[str, Any], config: Any) -> None:
         for key, before, after in _differences(stored.get(section, _ABSENT), new, section):
             if training_free and (key + ".").startswith("model.canonicalizer."):
                 continue  # the training-free canonicalizer, as use_training_free_canonicalizer put it there
+            if key in _SYMMETRIZATION_DIFFERENCES:
+                continue  # no weights: the symmetrization is an evaluation option
             if refused_override(key, options) is not None:
                 raise ConfigError(architecture_error(key, options, f" ({before!r} in the checkpoint, {after!r} here)"))
 
@@ -438,6 +471,7 @@ def model_from_checkpoint(path: str | os.PathLike, overrides: list[str] | tuple[
         overrides = [o for o in overrides if o.split("=", 1)[0].strip() != "canonicalization"]
     config = OmegaConf.merge(config, OmegaConf.from_dotlist(overrides))
     use_training_free_canonicalizer(config)
+    use_symmetrization(config)
     check_architecture_unchanged(stored, config)
     model = hydra.utils.instantiate(config.model)
     load_weights(model, checkpoint, path)
