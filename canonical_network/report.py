@@ -1361,6 +1361,7 @@ def build_report(folders: list[Path], out: Path, claims_file: Path | None = None
                   "the claims (#) whose rows it changes on the same data and budget.", ""]
         lines += render_variants(effects, bears_on) + [""]
     lines += _inference_section(benchmarks)
+    lines += _adapt_symmetrization_section(_beside(folders, "adapt_symmetrization"), runs)
     lines += render_diagnostics(out)
     lines += ["## Runs accounted for", ""] + render_accounting(runs, folders, superseded_runs, flagged)
     lines += ["## Runs", "", "Every run, grouped by its command (rerunning a command with "
@@ -1379,6 +1380,15 @@ def _inference_section(benchmarks: Path | None) -> list[str]:
     from canonical_network.report_inference import render_inference
 
     return render_inference(benchmarks)  # ends with a blank line
+
+
+def _adapt_symmetrization_section(folder: Path | None, runs: list[dict]) -> list[str]:
+    """Test-time symmetrization of the adapt rows, from the evaluation records beside the runs folder."""
+    if folder is None:
+        return []
+    from canonical_network.report_adapt_symmetrization import render_adapt_symmetrization
+
+    return render_adapt_symmetrization(folder, runs)  # ends with a blank line
 
 
 HEADLINE_START = "<!-- headline:start"
