@@ -302,9 +302,9 @@ case "${1:-}" in
     OUT="$sym_out/train" COMMITTED="" run "" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/cn_c8_prior_resnet18 -- \
       trainer.max_epochs="${ADAPT_EPOCHS:-15}"
     for seed in ${ADAPT_SEEDS:-0 1 2}; do
-      # the tested (best-validation) checkpoint of a completed run, as its record names it
-      ckpt=$("$PY" -c 'import json, sys; r = json.load(open(sys.argv[1]))
-print(r["checkpoint"] if r.get("status") == "completed" else "")' \
+      # the tested (best-validation) checkpoint of a completed run, as its record names it (relative to its folder)
+      ckpt=$("$PY" -c 'import json, sys; from canonical_network.records import record_path
+r = json.load(open(sys.argv[1])); print(record_path(r, "checkpoint") if r.get("status") == "completed" else "")' \
         "$sym_out/train/adapt_mnist/cn_c8_prior_resnet18/seed$seed/results.json" 2>/dev/null || true)
       if [[ -z "$ckpt" ]]; then
         echo "skip seed $seed: no completed run in $sym_out/train" >&2; FAILED_CALLS=$((FAILED_CALLS + 1)); continue
