@@ -104,7 +104,8 @@ def render_adapt_symmetrization(folder: Path, runs: list[dict]) -> list[str]:
 
     lines = ["## Test-time symmetrization of the adapt rows", "",
              f"{', '.join(experiments)} trained canonically (the row's default `canonicalization.symmetrization="
-             f"canonical`) on the upright embedded digits for {', '.join(map(str, epochs))} epochs, then each seed's "
+             f"canonical`) on the upright embedded digits for {', '.join(map(str, epochs))} epochs (training runs "
+             "of its own, apart from the row's runs in the tables above), then each seed's "
              "tested checkpoint evaluated with `canonicalization.symmetrization` set at test time only (no weights "
              "added, no retraining): does averaging a few poses recover the upright gap to the plain ResNet-18? "
              "Mean ± 95 % Student-t half-width over seeds; *vs canonical*: the paired difference to the same "
