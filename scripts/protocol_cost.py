@@ -178,6 +178,61 @@ def row_hours(protocol: Protocol, timing: dict) -> float:
     return (protocol.epochs * per_epoch + math.ceil(protocol.test / batch) * timing["eval_batch_s"]) / 3600
 
 
+def _set_table(record: dict, name: str, protocol: Protocol, rows: dict[str, dict]) -> None:
+    total = sum(t["hours_per_run"] for t in rows.values() if "hours_per_run" in t)
+    record["tables"][name] = {
+        "title": protocol.title, "epochs": protocol.epochs, "seeds": protocol.seeds,
+        "protocols": protocol.protocols, "train": protocol.train, "val": protocol.val, "test": protocol.test,
+        "rows": dict(rows), "total_hours": total * protocol.seeds * protocol.protocols,
+    }
+
+
+def _write(record: dict, output: Path | None) -> None:
+    """The record so far, replaced atomically (a reader never sees half a file)."""
+    record["load_end"] = os.getloadavg()[0]
+    if output is None:
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name + ".part")
+    partial.write_text(json.dumps(record, indent=2) + "\n")
+    partial.replace(output)
+
+
+#: what must match for --resume to keep a row timed by an earlier run
+_RESUME_KEYS = ("device", "threads", "train_steps", "val_steps")
+
+
+def _previous_rows(output: Path | None, record: dict) -> dict[str, dict[str, dict]]:
+    """Rows timed by an earlier run into ``output`` at the same settings (errors are timed again)."""
+    if output is None or not output.is_file():
+        return {}
+    earlier = json.loads(output.read_text())
+    if any(earlier.get(key) != record[key] for key in _RESUME_KEYS):
+        mismatch = {key: (earlier.get(key), record[key]) for key in _RESUME_KEYS if earlier.get(key) != record[key]}
+        raise SystemExit(f"--resume: {output} was measured with other settings {mismatch}; "
+                         "write to another --output or rerun without --resume")
+    return {name: {row: timing for row, timing in table["rows"].items() if "error" not in timing}
+            for name, table in earlier.get("tables", {}).items()}
+
+
+def _time_row_apart(table: str, row: str, args: argparse.Namespace) -> dict:
+    """One row timed in a process of its own, so a row the machine cannot hold (the system kills a process out
+    of memory) is recorded as not measured instead of ending the whole run."""
+    import subprocess
+
+    command = [sys.executable, str(Path(__file__).resolve()), "--one-row", table, row, "--device", args.device,
+               "--threads", str(args.threads), "--warmup", str(args.warmup), "--train-steps",
+               str(args.train_steps), "--val-steps", str(args.val_steps)]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode == 0:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    if proc.returncode < 0 or proc.returncode == 137:
+        return {"error": f"killed by signal {-proc.returncode if proc.returncode < 0 else 9} while timing "
+                         "(out of memory on this machine?)"}
+    last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+    return {"error": last[:160]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -190,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val-steps", type=int, default=1, help="timed evaluation batches a row (default 1)")
     parser.add_argument("--output", type=Path, default=None, help="write the record as JSON here")
     parser.add_argument("--markdown", action="store_true", help="print the docs/measurements.md table")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the rows --output already holds at the same settings; time the others")
+    parser.add_argument("--one-row", nargs=2, metavar=("TABLE", "ROW"), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for name, value in (("--train-steps", args.train_steps), ("--val-steps", args.val_steps),
                         ("--threads", args.threads)):
@@ -209,6 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    if args.one_row is not None:  # the worker of _time_row_apart: one row, its timing as the last stdout line
+        table, row = args.one_row
+        if table not in PROTOCOLS or row not in PROTOCOLS[table].rows:
+            parser.error(f"--one-row {table} {row}: not a row of a protocol table")
+        timing = time_row(row, PROTOCOLS[table].overrides, args.device, args.warmup, args.train_steps,
+                          args.val_steps)
+        print(json.dumps(timing), flush=True)
+        return 0
     record = {
         "command": "python " + " ".join([str(Path(sys.argv[0]).relative_to(PROJECT_ROOT)
                                               if Path(sys.argv[0]).is_absolute() else sys.argv[0]),
@@ -223,33 +289,30 @@ def main(argv: list[str] | None = None) -> int:
         "val_steps": args.val_steps,
         "tables": {},
     }
+    previous = _previous_rows(args.output, record) if args.resume else {}
     for name in args.tables:
         protocol = PROTOCOLS[name]
-        rows = {}
+        rows: dict[str, dict] = {}
         for row in protocol.rows:
             if args.rows is not None and row not in args.rows:
                 continue
-            try:
-                timing = time_row(row, protocol.overrides, args.device, args.warmup, args.train_steps,
-                                  args.val_steps)
-            except Exception as error:  # one row that cannot be built here does not hide the others
-                rows[row] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"}
-                print(f"{row}: {rows[row]['error']}", file=sys.stderr, flush=True)
-                continue
-            timing["hours_per_run"] = row_hours(protocol, timing)
-            rows[row] = timing
-            print(f"{row}: {timing['train_step_s']:.3f} s a training step, {timing['eval_batch_s']:.3f} s an "
-                  f"evaluation batch -> {timing['hours_per_run']:.2f} h a run", file=sys.stderr, flush=True)
-        total = sum(t["hours_per_run"] for t in rows.values() if "hours_per_run" in t)
-        record["tables"][name] = {
-            "title": protocol.title, "epochs": protocol.epochs, "seeds": protocol.seeds,
-            "protocols": protocol.protocols, "train": protocol.train, "val": protocol.val, "test": protocol.test,
-            "rows": rows, "total_hours": total * protocol.seeds * protocol.protocols,
-        }
-    record["load_end"] = os.getloadavg()[0]
-    if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(record, indent=2) + "\n")
+            if row in previous.get(name, {}):
+                rows[row] = previous[name][row]
+                print(f"{row}: kept from {args.output}", file=sys.stderr, flush=True)
+            else:
+                rows[row] = _time_row_apart(name, row, args)
+                if "error" in rows[row]:
+                    print(f"{row}: {rows[row]['error']}", file=sys.stderr, flush=True)
+                else:
+                    rows[row]["hours_per_run"] = row_hours(protocol, rows[row])
+                    print(f"{row}: {rows[row]['train_step_s']:.3f} s a training step, {rows[row]['eval_batch_s']:.3f} "
+                          f"s an evaluation batch -> {rows[row]['hours_per_run']:.2f} h a run", file=sys.stderr,
+                          flush=True)
+            _set_table(record, name, protocol, rows)
+            _write(record, args.output)  # after every row: a run stopped later keeps what it measured (--resume)
+        _set_table(record, name, protocol, rows)
+    record["complete"] = True
+    _write(record, args.output)
     from canonical_network.docs_blocks import protocol_cost_table
 
     print("\n".join(protocol_cost_table(record)) if args.markdown else json.dumps(record, indent=2))

@@ -376,10 +376,11 @@ nbody/cn_gnn_frozen,nbody/radial_field,nbody/tfn,nbody/se3_transformer" trainer.
     done ;;
   protocol-cost)  # device-hours of every table at the paper's protocol, from step times measured here (issue 37):
                   # docs/reproduction/benchmarks/protocol_cost_<device>.json and the docs/measurements.md table.
-                  # One thread on a CPU (COST_THREADS); on a GPU machine: COST_DEVICE=cuda
+                  # One thread on a CPU (COST_THREADS); on a GPU machine: COST_DEVICE=cuda. Each row is timed in a
+                  # process of its own and the record written after every row: rerunning resumes (--resume)
     mkdir -p docs/reproduction/benchmarks
     OMP_NUM_THREADS="${COST_THREADS:-1}" "$PY" scripts/protocol_cost.py --device "${COST_DEVICE:-cpu}" \
-      --threads "${COST_THREADS:-1}" --output "docs/reproduction/benchmarks/protocol_cost_${COST_DEVICE:-cpu}.json" \
+      --threads "${COST_THREADS:-1}" --output "docs/reproduction/benchmarks/protocol_cost_${COST_DEVICE:-cpu}.json" --resume \
       --markdown ;;
   report)
     "$PY" scripts/collect_runs.py "$OUT" docs/reproduction/runs

@@ -59,3 +59,38 @@ def test_bad_arguments_name_the_value_and_the_choices(capsys):
     with pytest.raises(SystemExit):
         cost.main(["--train-steps", "0"])
     assert "--train-steps must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_a_killed_row_is_recorded_and_the_rest_resumes(tmp_path, monkeypatch):
+    """Each row runs in a process of its own: one the system kills (out of memory) is recorded as not measured
+    and the others still are; the record is written after every row, and --resume keeps the rows it holds."""
+    import subprocess
+    import types
+
+    cost = _script()
+    timed = []
+    real_run = subprocess.run
+
+    def fake_run(command, **kwargs):
+        if "--one-row" not in command:  # anything else (platform.processor) runs for real
+            return real_run(command, **kwargs)
+        row = command[command.index("--one-row") + 2]
+        timed.append(row)
+        if row == "nbody/egnn":
+            return types.SimpleNamespace(returncode=-9, stdout="", stderr="")
+        timing = {"batch_size": 100, "val_interval": 5, "train_step_s": 0.01, "eval_batch_s": 0.004}
+        return types.SimpleNamespace(returncode=0, stdout="lightning noise\n" + json.dumps(timing) + "\n", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    out = tmp_path / "cost.json"
+    args = ["--tables", "nbody", "--rows", "nbody/gnn", "nbody/egnn", "--output", str(out)]
+    assert cost.main(args) == 0
+    rows = json.loads(out.read_text())["tables"]["nbody"]["rows"]
+    assert "killed by signal 9" in rows["nbody/egnn"]["error"] and "out of memory" in rows["nbody/egnn"]["error"]
+    assert rows["nbody/gnn"]["hours_per_run"] == pytest.approx(cost.row_hours(cost.PROTOCOLS["nbody"], rows["nbody/gnn"]))
+    timed.clear()
+    assert cost.main([*args, "--resume"]) == 0
+    assert timed == ["nbody/egnn"]  # the measured row is kept, the failed one timed again
+    assert json.loads(out.read_text())["complete"] is True
+    with pytest.raises(SystemExit, match="other settings"):  # never mixes rows measured at other settings
+        cost.main([*args, "--resume", "--train-steps", "5"])
