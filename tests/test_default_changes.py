@@ -35,6 +35,9 @@ def test_other_experiments_and_records_without_the_key_are_untouched():
     assert variant_of(_run("pvq", experiment="nbody/cn_mlp_e3"), changes) == ()
     old_record = {"experiment": "nbody/cn_gnn", "overrides": ["experiment=nbody/cn_gnn"]}  # predates the key
     assert variant_of(old_record, changes) == ()
+    # unless the key was introduced keeping the old behaviour: then such a record ran with the old value
+    kept = (DefaultChange(**{**CHANGE.__dict__, "absent_means_old": True}),)
+    assert variant_of(old_record, kept) == ("canonicalization.features=pvq",)
 
 
 def test_every_registered_change_names_its_evidence():
