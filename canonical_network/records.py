@@ -349,15 +349,10 @@ class DefaultChange:
 
 
 #: the defaults changed after runs were recorded (see :class:`DefaultChange`), each with the evidence for it
-DEFAULT_CHANGES: tuple[DefaultChange, ...] = (
-    DefaultChange(
-        experiments=("nbody/cn_gnn", "nbody/cn_gnn_o3", "nbody/cn_gnn_frozen"), key="canonicalization.features",
-        old="pvq", new="p",
-        why="issue 33: the N-body canonicalizer reads the centred positions alone, as the authors' code does (the "
-            "paper does not say); with [x - x̄, q(x - x̄), v, qv] it trained to a worse optimum at 1,000 epochs "
-            "(scripts/reproduce.sh nbody-gap, docs/nbody.md)",
-        absent_means_old=True),  # the key came with the nbody-gap ablations; before it, every run read pvq
-)
+DEFAULT_CHANGES: tuple[DefaultChange, ...] = ()
+# Pending (issue 33): nbody/cn_gnn's canonicalization.features pvq -> p (positions alone; 1,000 epochs, n = 3,
+# 0.0050 +- 0.0005 against 0.0070 +- 0.0017), once its frame at initialisation is as well conditioned as pvq's
+# (tests/test_prior.py: an untrained positions-only frame was 0.13 from the identity on its own canonical pose)
 
 
 def _override_value(override: str) -> tuple[str, str]:
@@ -372,7 +367,9 @@ def variant_of(run: dict, changes: tuple[DefaultChange, ...] | None = None) -> t
     for change in DEFAULT_CHANGES if changes is None else changes:
         if run.get("experiment") not in change.experiments:
             continue
-        value = run.get(f"config.{change.key}", change.old if change.absent_means_old else None)
+        section = "config." + change.key.rpartition(".")[0] + "."
+        predates = change.absent_means_old and any(k.startswith(section) for k in run)  # its config, without the key
+        value = run.get(f"config.{change.key}", change.old if predates else None)
         explicit = [o for o in overrides if _override_value(o)[0] == change.key]
         if explicit and value == change.new:
             overrides = [o for o in overrides if o not in explicit]  # set then, the default now

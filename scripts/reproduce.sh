@@ -202,7 +202,6 @@ case "${1:-}" in
                 # configs/experiment/nbody/gnn.yaml, the authors' CN code's 600 epochs, is switched off).
                 # One CPU core: Linear ~0.1 s an epoch, GNN ~0.9 s, EGNN ~1.2 s, CN-GNN ~1.2 s (2.5-3.5 h a run).
                 # Baselines first, seed 0 of each before seeds 1-2; resumable from last.ckpt (every epoch).
-                # The CN rows run with the canonicalizer default that the nbody-gap stage settled (positions alone).
     PAPER=(trainer.max_epochs=10000 callbacks.early_stopping=null)
     run ep10000 "0 1 2" nbody/linear -- "${PAPER[@]}"
     run ep10000 0 nbody/gnn nbody/egnn -- "${PAPER[@]}"
@@ -231,9 +230,8 @@ case "${1:-}" in
     # its second seed and the split of its inputs (positions alone) from its centroid translation come first
     # authors_arch seed 0 finished at 0.00504 test (best validation 0.00525): its seeds 1-2 come first, to
     # settle the default at n = 3, then the split of its inputs from its translation.
-    # Settled (2026-11-29): the inputs alone (inputs_p, n = 3) carry it, so nbody/cn_gnn now reads the centred
-    # positions alone (configs/experiment/nbody/cn_gnn.yaml; docs/nbody.md): the runs of the pre-change default
-    # are the report's variant canonicalization.features=pvq; "inputs_p" below is the row itself now
+    # 2026-11-29: the inputs alone (inputs_p, n = 3) carry it; the default switch waits on the conditioning of an
+    # untrained positions-only frame (docs/nbody.md)
     local seeds
     for seeds in 1 2; do
       run authors_arch "$seeds" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.num_layers=4 \

@@ -33,11 +33,14 @@ def test_runs_are_placed_by_the_value_they_ran_with():
 def test_other_experiments_and_records_without_the_key_are_untouched():
     changes = (CHANGE,)
     assert variant_of(_run("pvq", experiment="nbody/cn_mlp_e3"), changes) == ()
-    old_record = {"experiment": "nbody/cn_gnn", "overrides": ["experiment=nbody/cn_gnn"]}  # predates the key
+    old_record = {"experiment": "nbody/cn_gnn", "overrides": ["experiment=nbody/cn_gnn"],
+                  "config.canonicalization.translation": "learned"}  # its section, without the key: predates it
     assert variant_of(old_record, changes) == ()
     # unless the key was introduced keeping the old behaviour: then such a record ran with the old value
     kept = (DefaultChange(**{**CHANGE.__dict__, "absent_means_old": True}),)
     assert variant_of(old_record, kept) == ("canonicalization.features=pvq",)
+    bare = {"experiment": "nbody/cn_gnn", "overrides": []}  # no config recorded at all: nothing to read
+    assert variant_of(bare, kept) == ()
 
 
 def test_every_registered_change_names_its_evidence():
