@@ -355,9 +355,8 @@ DEFAULT_CHANGES: tuple[DefaultChange, ...] = ()
 # (tests/test_prior.py: an untrained positions-only frame was 0.13 from the identity on its own canonical pose)
 
 
-def _override_value(override: str) -> tuple[str, str]:
-    key, _, value = override.lstrip("+~").partition("=")
-    return key, value
+def _override_key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0]
 
 
 def variant_of(run: dict, changes: tuple[DefaultChange, ...] | None = None) -> tuple[str, ...]:
@@ -370,7 +369,7 @@ def variant_of(run: dict, changes: tuple[DefaultChange, ...] | None = None) -> t
         section = "config." + change.key.rpartition(".")[0] + "."
         predates = change.absent_means_old and any(k.startswith(section) for k in run)  # its config, without the key
         value = run.get(f"config.{change.key}", change.old if predates else None)
-        explicit = [o for o in overrides if _override_value(o)[0] == change.key]
+        explicit = [o for o in overrides if _override_key(o) == change.key]
         if explicit and value == change.new:
             overrides = [o for o in overrides if o not in explicit]  # set then, the default now
         elif not explicit and value == change.old:
