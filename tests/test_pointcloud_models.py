@@ -315,6 +315,29 @@ def test_feature_transform_regularizer():
         feature_transform_regularizer(torch.eye(3))
 
 
+def test_the_frobenius_regularizer_is_the_square_root_and_trains_from_an_orthogonal_start():
+    # ‖I − (2I)(2I)ᵀ‖_F = 3 √d, the square root of the squared form's 9 d, per cloud
+    two = 2 * torch.eye(4, dtype=torch.float64).expand(2, 4, 4)
+    assert feature_transform_regularizer(two, "frobenius").item() == pytest.approx(6.0, rel=4 * EPS64)
+    a = torch.randn(5, 8, 8, generator=seeded_gen(12), dtype=torch.float64)
+    per_cloud = [feature_transform_regularizer(a[i : i + 1]).sqrt() for i in range(5)]
+    assert feature_transform_regularizer(a, "frobenius").item() == pytest.approx(
+        torch.stack(per_cloud).mean().item(), rel=64 * EPS64)
+    # PointNet's feature T-Net starts at the identity: the unsquared norm's gradient there must be 0, not NaN
+    eye = torch.eye(6, dtype=torch.float64).repeat(3, 1, 1).requires_grad_(True)
+    feature_transform_regularizer(eye, "frobenius").backward()
+    assert torch.equal(eye.grad, torch.zeros_like(eye))
+    # far from orthogonal the squared form's gradient grows as ‖A‖³, the unsquared one's as ‖A‖
+    big = (10 * a).requires_grad_(True)
+    feature_transform_regularizer(big, "frobenius").backward()
+    grad_fro = big.grad.norm().item()
+    big.grad = None
+    feature_transform_regularizer(big).backward()
+    assert big.grad.norm().item() > 100 * grad_fro
+    with pytest.raises(ValueError, match="feature_transform_norm.*squared.*frobenius"):
+        feature_transform_regularizer(a, "l1")
+
+
 @pytest.mark.parametrize("head", HEADS)
 def test_pointnet_exposes_its_feature_transform(head):
     model = _build("pointnet", head).eval()

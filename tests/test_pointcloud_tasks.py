@@ -306,6 +306,30 @@ def test_classification_loss_is_label_smoothed_and_adds_pointnets_regulariser():
     assert loss.item() == pytest.approx(expected.item(), rel=2**8 * EPS32)
 
 
+def test_the_regularizers_norm_is_a_config_key_that_reaches_the_loss():
+    # model.feature_transform_norm=frobenius: the training loss adds 1e-3 ‖I − A Aᵀ‖_F, not its square
+    model = hydra.utils.instantiate(tiny_config("modelnet/pointnet", "model.feature_transform_norm=frobenius").model)
+    model.train()
+    tnet = model.network.predictor.encoder.feature_tnet
+    with torch.no_grad():
+        tnet.to_matrix.bias.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(2))  # not orthogonal
+    points, labels = synthetic_split("classification", "val")
+    torch.manual_seed(3)
+    loss = model.training_step((points, labels), 0)
+    transform = model.network.predictor.last_feature_transform
+    squared, unsquared = feature_transform_regularizer(transform), feature_transform_regularizer(transform, "frobenius")
+    assert squared > 1.5 * unsquared  # the check below tells them apart
+    torch.manual_seed(3)  # the same dropout mask
+    expected = smoothed_cross_entropy(model(points), labels, 0.2) + 1e-3 * unsquared
+    # float32, as the test above: ≤ ~2⁷ roundings of positive terms, relative; twice that
+    assert loss.item() == pytest.approx(expected.item(), rel=2**8 * EPS32)
+    # part segmentation reads the same key; a bad value is refused naming the key and the choices
+    segmentation = hydra.utils.instantiate(tiny_config("shapenet/pointnet", "model.feature_transform_norm=frobenius").model)
+    assert segmentation.feature_transform_norm == "frobenius"
+    with pytest.raises(Exception, match="feature_transform_norm.*squared.*frobenius.*cubed"):
+        hydra.utils.instantiate(tiny_config("modelnet/pointnet", "model.feature_transform_norm=cubed").model)
+
+
 @pytest.mark.parametrize("eps", [0.0, 0.2, 0.5])
 def test_classification_loss_matches_the_smoothed_cross_entropy(eps):
     # Settled batch norms: logits that differ between shapes, so smoothed and plain losses differ clearly.

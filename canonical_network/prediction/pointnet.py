@@ -80,19 +80,33 @@ def category_one_hot(category: torch.Tensor | None, num_categories: int, batch: 
     return nn.functional.one_hot(category.long(), num_categories).float()
 
 
-def feature_transform_regularizer(transform: torch.Tensor) -> torch.Tensor:
-    """PointNet's orthogonality loss ``‖I − A Aᵀ‖²_F``, averaged over the batch.
+#: The forms of :func:`feature_transform_regularizer`'s norm: the paper's squared Frobenius norm, or the plain
+#: Frobenius norm of the PyTorch PointNet code the paper's authors trained with (SGD at lr 0.1).
+FEATURE_TRANSFORM_NORMS = ("squared", "frobenius")
+
+
+def feature_transform_regularizer(transform: torch.Tensor, norm: str = "squared") -> torch.Tensor:
+    """PointNet's orthogonality loss ``‖I − A Aᵀ‖²_F`` (``norm="squared"``, PointNet §4.2) or ``‖I − A Aᵀ‖_F``
+    (``norm="frobenius"``), averaged over the batch.
 
     ``transform`` ``A`` ``(B, d, d)`` → scalar. It keeps the feature T-Net close to an orthogonal map, which
     loses no information (PointNet §4.2). Zero exactly for orthogonal ``A``. Add it to the loss with weight
-    :data:`FEATURE_TRANSFORM_REG_WEIGHT`. (The PyTorch code the baselines come from takes the unsquared
-    norm, and one widely copied version multiplies ``A (Aᵀ − I)``; the squared norm is the paper's.)
+    :data:`FEATURE_TRANSFORM_REG_WEIGHT`. The squared norm is the paper's and the default; it grows as
+    ``‖A‖⁴`` and its gradient as ``‖A‖³``, so with the DGCNN recipe the canonicalization paper trains with
+    (SGD, lr 0.1, momentum 0.9) one large step can feed on itself: CN(NL)-PointNet seed 0 under z/SO(3)
+    diverged within 10 steps on one CPU and not on another (``docs/pointclouds.md``). The PyTorch code the
+    baselines come from takes the unsquared norm (gradient bounded by ``‖A‖``), which trains stably there.
+    (One widely copied version, the authors' among them, multiplies ``A (Aᵀ − I)``, which is also zero for
+    any projection ``A = A Aᵀ``: not offered.)
     """
     if transform.dim() != 3 or transform.shape[1] != transform.shape[2]:
         raise ValueError(f"transform must have shape (B, d, d), got {tuple(transform.shape)}")
+    check_choice("model.feature_transform_norm", norm, FEATURE_TRANSFORM_NORMS)
     eye = torch.eye(transform.shape[1], dtype=transform.dtype, device=transform.device)
     residual = eye - transform @ transform.transpose(1, 2)
-    return residual.square().sum(dim=(1, 2)).mean()
+    if norm == "squared":
+        return residual.square().sum(dim=(1, 2)).mean()
+    return torch.linalg.matrix_norm(residual).mean()  # its gradient is 0, not NaN, at an orthogonal A
 
 
 def _point_layer(c_in: int, c_out: int, relu: bool = True) -> nn.Sequential:

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 import torch
 from torchmetrics.classification import MulticlassAccuracy
 
-from canonical_network.prediction.pointnet import FEATURE_TRANSFORM_REG_WEIGHT
+from canonical_network.prediction.pointnet import FEATURE_TRANSFORM_NORMS, FEATURE_TRANSFORM_REG_WEIGHT
 from canonical_network.tasks.base import CanonicalizedTask
 from canonical_network.tasks.metrics import PartSegmentationMIoU, restricted_argmax
 from canonical_network.tasks.pointcloud_classification import smoothed_loss
-from canonical_network.utils.checks import check_fraction
+from canonical_network.utils.checks import check_choice, check_fraction
 
 
 class PartSegmentationTask(CanonicalizedTask):
@@ -45,6 +45,8 @@ class PartSegmentationTask(CanonicalizedTask):
         label_smoothing: ``ε`` of the training cross-entropy, in [0, 1). Default 0.2, the authors' part
             segmentation (``configs/model/part_segmentation.yaml``).
         feature_transform_weight: weight of the feature-transform regulariser (PointNet: 1e-3).
+        feature_transform_norm: ``"squared"`` (the paper's, default) or ``"frobenius"``, as
+            :class:`~canonical_network.tasks.pointcloud_classification.PointCloudClassificationTask`.
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class PartSegmentationTask(CanonicalizedTask):
         category_parts: str | Sequence[Sequence[int]] = "shapenet_part",
         label_smoothing: float = 0.2,
         feature_transform_weight: float = FEATURE_TRANSFORM_REG_WEIGHT,
+        feature_transform_norm: str = "squared",
     ) -> None:
         metrics = {
             split: {
@@ -69,6 +72,8 @@ class PartSegmentationTask(CanonicalizedTask):
         self.num_parts = int(num_parts)
         self.label_smoothing = check_fraction("model.label_smoothing", label_smoothing)
         self.feature_transform_weight = float(feature_transform_weight)
+        self.feature_transform_norm = check_choice("model.feature_transform_norm", feature_transform_norm,
+                                                   FEATURE_TRANSFORM_NORMS)
 
     def loss(self, output: torch.Tensor, target: torch.Tensor, split: str) -> torch.Tensor:
         # (B, P, num_parts) against (B, P): the mean runs over every point of every shape; torch smooths

@@ -8,10 +8,14 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from canonical_network.prediction.pointnet import FEATURE_TRANSFORM_REG_WEIGHT, feature_transform_regularizer
+from canonical_network.prediction.pointnet import (
+    FEATURE_TRANSFORM_NORMS,
+    FEATURE_TRANSFORM_REG_WEIGHT,
+    feature_transform_regularizer,
+)
 from canonical_network.tasks.base import CanonicalizedTask
 from canonical_network.tasks.metrics import class_mean_accuracy
-from canonical_network.utils.checks import check_fraction
+from canonical_network.utils.checks import check_choice, check_fraction
 
 
 def smoothed_loss(task: CanonicalizedTask, logits: torch.Tensor, labels: torch.Tensor, split: str) -> torch.Tensor:
@@ -21,13 +25,14 @@ def smoothed_loss(task: CanonicalizedTask, logits: torch.Tensor, labels: torch.T
     if split != "train":
         return F.cross_entropy(logits.movedim(-1, 1), labels)
     loss = F.cross_entropy(logits.movedim(-1, 1), labels, label_smoothing=task.label_smoothing)
-    regulariser = feature_transform_loss(task.network.predictor, task.feature_transform_weight)
+    regulariser = feature_transform_loss(task.network.predictor, task.feature_transform_weight,
+                                         task.feature_transform_norm)
     return loss if regulariser is None else loss + regulariser
 
 
-def feature_transform_loss(predictor: nn.Module, weight: float) -> torch.Tensor | None:
-    """``weight · ‖I − A Aᵀ‖²`` for the feature T-Net matrix ``A`` of the predictor's last forward, or
-    ``None``.
+def feature_transform_loss(predictor: nn.Module, weight: float, norm: str = "squared") -> torch.Tensor | None:
+    """``weight · ‖I − A Aᵀ‖²`` (or ``‖I − A Aᵀ‖`` with ``norm="frobenius"``) for the feature T-Net matrix ``A``
+    of the predictor's last forward, or ``None``.
 
     Only PointNet exposes ``last_feature_transform``; other predictors (and PointNet without its feature
     T-Net) get no regulariser. Read after the forward of the same batch.
@@ -35,7 +40,7 @@ def feature_transform_loss(predictor: nn.Module, weight: float) -> torch.Tensor 
     transform = getattr(predictor, "last_feature_transform", None)
     if transform is None or weight == 0.0:
         return None
-    return weight * feature_transform_regularizer(transform)
+    return weight * feature_transform_regularizer(transform, norm)
 
 
 class PointCloudClassificationTask(CanonicalizedTask):
@@ -59,6 +64,9 @@ class PointCloudClassificationTask(CanonicalizedTask):
         label_smoothing: ``ε`` of the training cross-entropy, in [0, 1). Default 0.2: DGCNN's (Wang et al.
             2019) and the authors' point-cloud recipe (``configs/model/pointcloud_classification.yaml``).
         feature_transform_weight: weight of the feature-transform regulariser (PointNet: 1e-3).
+        feature_transform_norm: ``"squared"`` (the paper's ``‖I − A Aᵀ‖²_F``, default) or ``"frobenius"``
+            (``‖I − A Aᵀ‖_F``, the PyTorch PointNet code's, stable under SGD at lr 0.1; see
+            :func:`~canonical_network.prediction.pointnet.feature_transform_regularizer`).
     """
 
     def __init__(
@@ -70,6 +78,7 @@ class PointCloudClassificationTask(CanonicalizedTask):
         num_classes: int = 40,
         label_smoothing: float = 0.2,
         feature_transform_weight: float = FEATURE_TRANSFORM_REG_WEIGHT,
+        feature_transform_norm: str = "squared",
     ) -> None:
         def accuracy() -> MulticlassAccuracy:
             return MulticlassAccuracy(num_classes=num_classes, average="micro")
@@ -81,6 +90,8 @@ class PointCloudClassificationTask(CanonicalizedTask):
         # in [0, 1): ε = 1 makes the target uniform (nothing left to learn); outside [0, 1] it is no distribution
         self.label_smoothing = check_fraction("model.label_smoothing", label_smoothing)
         self.feature_transform_weight = float(feature_transform_weight)
+        self.feature_transform_norm = check_choice("model.feature_transform_norm", feature_transform_norm,
+                                                   FEATURE_TRANSFORM_NORMS)
 
     def loss(self, output: torch.Tensor, target: torch.Tensor, split: str) -> torch.Tensor:
         return smoothed_loss(self, output, target, split)
