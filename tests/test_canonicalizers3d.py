@@ -4,12 +4,14 @@ degenerate inputs."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import pytest
 import torch
 from torch import nn
 
+import canonical_network.canonicalization.nbody as nbody_module
 from canonical_network.canonicalization.base import CanonicalizedModel
 from canonical_network.canonicalization.nbody import VNDeepSetsCanonicalizer
 from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
@@ -21,6 +23,7 @@ from canonical_network.groups.euclidean import (
     random_rotations,
     random_translations,
 )
+from canonical_network.nn.vector_neurons import vn_leaky_relu
 from tests.helpers import (
     assert_close,
     assert_knn_stable,
@@ -138,6 +141,31 @@ def test_nbody_dropout_keeps_equivariance_in_training():
     torch.manual_seed(11)
     _, h_moved = canon.canonicalize(*act(g, *x))
     assert_close(h_moved.rotation, g.rotation @ h.rotation, factor)
+
+
+@pytest.mark.parametrize("seed", [1, 4])
+def test_nbody_positions_alone_leave_no_frame_without_dropout(seed, monkeypatch):
+    """features="p" is degenerate (canonicalization/nbody.py): the mean of the centred positions is 0 and VN
+    layers on one channel only rescale each position by a factor shared by all particles, so the pooled frame
+    vectors are 0 in exact arithmetic; the four-vector default is not."""
+    x = nbody_inputs(dtype=F64)
+
+    def relative_frame(canon) -> torch.Tensor:  # largest frame vector over the mean centred particle norm
+        with torch.no_grad():
+            vectors, centroid = canon.frame_vectors(*x)
+        return vectors[:, :3].norm(dim=-1).amax(dim=-1) / (x[0] - centroid.unsqueeze(1)).norm(dim=-1).mean(dim=-1)
+
+    positions, default = _nbody(features="p", seed=seed).double().eval(), _nbody(seed=seed).double().eval()
+    assert relative_frame(default).min() > 2e-2  # O(0.1): the product of O(1) weights on unit-scale inputs
+    # what is left is the VN-ReLU's guard: its projection keeps ε / (‖k‖² + ε) of a vector it should zero,
+    # ε = VN_EPS = 1e-6, ‖k‖² ≥ ~1e-4 on unit-scale inputs: ≤ 1e-2 relative
+    assert relative_frame(positions).max() < 1e-2
+    # without the guard the frame is zero up to float64 rounding (sums of ~10² terms of O(1): 1e-12 spares 10⁴ ulp)
+    monkeypatch.setattr(nbody_module, "vn_leaky_relu", functools.partial(vn_leaky_relu, eps=0.0))
+    assert relative_frame(positions).max() < 1e-12
+    # vector dropout (a mask per particle) breaks the symmetry in training: frames of random particle subsets
+    torch.manual_seed(0)
+    assert relative_frame(positions.train()).min() > 1e-2
 
 
 def test_nbody_authors_code_ablation_fails_the_rotation_check_and_keeps_translations():

@@ -398,3 +398,25 @@ def test_invalid_arguments():
         NBodyDataModule(frame_out=49)
     with pytest.raises(ValueError, match="EGNN uses frame_in=6, frame_out=8"):
         NBodyDataModule(dataset="nbody")  # 9 frames: EGNN's 30 -> 40 does not exist there
+
+
+def test_o3_augmentation_turns_each_training_system_rigidly_and_leaves_evaluation_alone(tiny_dir):
+    dm = NBodyDataModule(data_dir=str(tiny_dir), batch_size=3, augmentation="o3", **TINY)
+    dm.setup("fit")
+    batch = tuple(t.double() for t in dm.splits["train"][:3])
+    torch.manual_seed(0)
+    loc, vel, charges, target = dm.augment_train_batch(batch)
+    assert torch.equal(charges, batch[2])
+    # one orthogonal Q per system, the same for loc, vel and target: recover it from loc by least squares
+    # (5 particles span 3-D) and check it maps vel and target too; float64, conditioning of a 5 x 3 solve
+    q = torch.linalg.lstsq(batch[0], loc).solution  # loc_aug = loc Qᵀ
+    tol = 1e3 * torch.finfo(torch.float64).eps
+    eye = torch.eye(3, dtype=torch.float64).expand(3, 3, 3)
+    assert torch.allclose(q @ q.transpose(1, 2), eye, atol=tol)
+    assert torch.allclose(batch[1] @ q, vel, atol=tol) and torch.allclose(batch[3] @ q, target, atol=tol)
+    assert not torch.allclose(q[0], q[1])  # each system its own element
+    assert (torch.linalg.det(q).abs() - 1).abs().max() < tol
+    # none (the default) returns the batch untouched; a bad value names the key and the choices
+    assert NBodyDataModule(data_dir=str(tiny_dir), **TINY).augment_train_batch(batch) is batch
+    with pytest.raises(ValueError, match="data.augmentation.*none.*o3.*so3"):
+        NBodyDataModule(data_dir=str(tiny_dir), augmentation="so3", **TINY)

@@ -599,3 +599,16 @@ def test_a_claim_against_a_scaled_side(tmp_path):
     claim = claim_row(text, "Frozen canonicalization is > 20 %")
     # Welch on a and 0.8 b: -0.00056, sd 0.0001 and 0.00008, 4 df: half-width 0.0002
     assert "-0.0006 ± 0.0002 (a − 0.8 b)" in claim and "**holds**" in claim
+
+
+def test_the_ablations_table_marks_variants_that_are_not_equivariant():
+    effect = {"id": "A1", "experiment": "nbody/cn_gnn", "data": "N-body", "budget": "≤ 1000 epochs",
+              "metric": "test/mse", "values": [0.005, 0.0051], "base": [0.007, 0.0072], "val": "–", "epochs": "1000"}
+    rows = {}
+    for name, variant in {"positions": ("canonicalization.features=p",),
+                          "authors": ("canonicalization.authors_code=true", "canonicalization.features=p"),
+                          "width": ("canonicalization.hidden_dim=16",)}.items():
+        rows[name] = report.render_variants([{**effect, "variant": variant}])[-1]
+    assert "**not equivariant**: positions alone" in rows["positions"]
+    assert "biases" in rows["authors"] and "positions alone" in rows["authors"]  # both reasons
+    assert "not equivariant" not in rows["width"]

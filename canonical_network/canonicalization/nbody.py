@@ -4,7 +4,7 @@ Paper §4.1 ("Point Cloud Input") splits ``h(x) = (h^O(x), h^t(x))``: ``h^O`` mu
 translation invariant, ``h^t`` E(3)-equivariant. Here
 
 * every particle gets the Vector Neuron feature ``[x_i − x̄, q_i (x_i − x̄), v_i, q_i v_i]`` (4 channels; ``features="p"``
-  keeps the first alone, as the authors' code, ``"pv"`` the first and third):
+  keeps the first alone, as the authors' code, ``"pv"`` the first and third; "p" is degenerate, see below):
   positions centred on the centroid ``x̄`` (translation invariant), velocities (translations do not act on
   them), and the invariant charge ``q_i`` entering as a scalar factor — scaling a vector by an invariant
   keeps it equivariant and lets the network tell the charges apart;
@@ -23,6 +23,16 @@ Dropout (Appendix G.2: ``p = 0.5``) drops whole vectors
 (:class:`~canonical_network.nn.vector_neurons.VNDropout`), so even in training mode the canonicalizer is
 exactly equivariant for a given dropout mask.
 
+Positions alone (``features="p"``) leave an exactly equivariant network nothing to build a frame from: the
+centred positions average to 0, and VN layers on one channel per particle only rescale it (the VN-ReLU of a
+vector along its own direction keeps or zeroes it, the same choice for every particle), so every hidden
+feature of particle ``i`` is ``c (x_i − x̄)`` with one ``c`` for all particles and the pooled frame vectors are
+``c · 0``. Without dropout only the VN-ReLU's ``VN_EPS`` guard and rounding make them non-zero (~1e-5 of the
+input's scale untrained, ~1e-7 after 1,000 epochs, below :func:`gram_schmidt`'s zero-frame threshold, hence the
+identity, for 42-99 % of the test systems: ``scripts/nbody_frame_scale.py``); in training, vector dropout gives frames of random particle
+subsets. It is kept as the ablation it was run as (``docs/nbody.md``), with a warning. The authors' code escapes
+the degeneracy through the biases of ``authors_code``, which break equivariance.
+
 ``authors_code=True`` is an ablation, not a model: it puts back the three details of the authors' public
 N-body canonicalizer (oumarkaba/canonical_network, ``models/euclideangraph_base_models.py`` and
 ``models/euclideangraph_model.py``) that break O(3) equivariance — a bias on every VN feature (their
@@ -35,6 +45,8 @@ default passes).
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
@@ -44,10 +56,13 @@ from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt
 from canonical_network.nn.vector_neurons import VNDropout, VNLinear, vn_leaky_relu, vn_mean_pool
 from canonical_network.utils.checks import check_bool, check_choice, check_fraction, check_int
 
+log = logging.getLogger(__name__)
+
 TRANSLATIONS = ("learned", "centroid")
 #: What the canonicalizer sees of each particle, as VN channels: ``p`` the centred position ``x_i − x̄``,
 #: ``v`` the velocity, ``q`` charge-scaled copies of those (``q_i (x_i − x̄)``, ``q_i v_i``). "pvq" is ours
-#: (Appendix G.2 names no inputs); "p" is the authors' N-body code (``canon_feature="p"``).
+#: (Appendix G.2 names no inputs); "p" is the authors' N-body code (``canon_feature="p"``), degenerate without
+#: its non-equivariant biases (module docstring).
 FEATURES = {"pvq": 4, "pv": 2, "p": 1}
 
 
@@ -135,6 +150,11 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         self.hidden_dim = hidden_dim
         self.num_layers = num_layers
 
+        if self.features == "p" and not self.authors_code:
+            log.warning(
+                "canonicalization.features=p: an equivariant VN Deep Sets network on the centred positions alone "
+                "outputs frame vectors that are zero up to VN_EPS and rounding outside training (docs/nbody.md); "
+                "its frames are not equivariant in practice. Use features=pvq (default) or pv.")
         in_channels = FEATURES[self.features]
         widths = [in_channels] + [hidden_dim] * num_layers
         self.layers = nn.ModuleList(

@@ -31,6 +31,7 @@ from torch.utils.data import TensorDataset
 
 from canonical_network.data.base import SplitDataModule
 from canonical_network.data.nbody_sim import ChargedSimConfig, draw_initial_conditions, resolve_dot, simulate
+from canonical_network.groups.euclidean import random_orthogonal
 from canonical_network.utils.checks import check_choice
 from canonical_network.utils.files import atomic_write, atomic_write_text, file_sha256
 
@@ -326,6 +327,10 @@ def verify_nbody_files(data_dir: str | Path, spec: NBodyDatasetSpec) -> bool:
     return manifest is not None
 
 
+#: ``data.augmentation`` of the N-body module: none, or a Haar-random element of O(3) per training system
+AUGMENTATIONS = ("none", "o3")
+
+
 class NBodyDataModule(SplitDataModule):
     """Charged-particle N-body data for the dynamics-prediction task (paper §5.2, EGNN protocol).
 
@@ -350,6 +355,10 @@ class NBodyDataModule(SplitDataModule):
         generate_if_missing: simulate the dataset into ``data_dir`` when files are missing (else raise).
         num_train, num_valid, num_test, seed: override the dataset's counts / seed (None: the dataset's),
             e.g. for small test datasets; files on disk must have been generated with the same values.
+        augmentation: ``none`` (default; the paper's protocol) or ``o3``: each training system turned by its
+            own Haar-random element Q of O(3) at every step (``loc Qᵀ``, ``vel Qᵀ``, ``target Qᵀ``; charges
+            unchanged): data augmentation for a model that is not rotation-equivariant, e.g. the GNN.
+            Validation and test systems are never moved.
     """
 
     # What reports, tables and config checks know of this data (read from the source by data/catalog.py)
@@ -372,8 +381,10 @@ class NBodyDataModule(SplitDataModule):
         num_valid: int | None = None,
         num_test: int | None = None,
         seed: int | None = None,
+        augmentation: str = "none",
     ):
         super().__init__(batch_size, num_workers)
+        self.augmentation = check_choice("data.augmentation", augmentation, AUGMENTATIONS)
         self.save_hyperparameters()
         check_choice("data.dataset", dataset, sorted(NBODY_DATASETS))
         self.spec = get_dataset_spec(
@@ -393,6 +404,14 @@ class NBodyDataModule(SplitDataModule):
 
     def missing_files(self) -> list[str]:
         return [name for name in self.spec.file_names() if not (self.data_dir / name).exists()]
+
+    def augment_train_batch(self, batch):
+        # a fresh element of O(3) per system and per step, from the seeded global RNG (as the image modules)
+        if self.augmentation == "none":
+            return batch
+        loc, vel, charges, target = batch
+        q = random_orthogonal(loc.shape[0], dtype=loc.dtype, device=loc.device).transpose(1, 2)  # Qᵀ
+        return loc @ q, vel @ q, charges, target @ q
 
     def prepare_data(self) -> None:
         """Generate the dataset into ``data_dir`` if any file is missing (and allowed to)."""
