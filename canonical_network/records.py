@@ -350,9 +350,8 @@ class DefaultChange:
 
 #: the defaults changed after runs were recorded (see :class:`DefaultChange`), each with the evidence for it
 DEFAULT_CHANGES: tuple[DefaultChange, ...] = ()
-# Pending (issue 33): nbody/cn_gnn's canonicalization.features pvq -> p (positions alone; 1,000 epochs, n = 3,
-# 0.0050 +- 0.0005 against 0.0070 +- 0.0017), once its frame at initialisation is as well conditioned as pvq's
-# (tests/test_prior.py: an untrained positions-only frame was 0.13 from the identity on its own canonical pose)
+# (issue 33 once meant to switch nbody/cn_gnn's canonicalization.features to p, positions alone: dropped, an
+# equivariant canonicalizer on positions alone is degenerate, docs/nbody.md)
 
 
 def _override_key(override: str) -> str:

@@ -1378,6 +1378,7 @@ def build_report(folders: list[Path], out: Path, claims_file: Path | None = None
                   "the claims (#) whose rows it changes on the same data and budget.", ""]
         lines += render_variants(effects, bears_on) + [""]
     lines += _inference_section(benchmarks)
+    lines += _symmetrization_section(runs, benchmarks)
     lines += _adapt_symmetrization_section(_beside(folders, "adapt_symmetrization"), runs)
     lines += render_diagnostics(out)
     lines += ["## Runs accounted for", ""] + render_accounting(runs, folders, superseded_runs, flagged)
@@ -1397,6 +1398,13 @@ def _inference_section(benchmarks: Path | None) -> list[str]:
     from canonical_network.report_inference import render_inference
 
     return render_inference(benchmarks)  # ends with a blank line
+
+
+def _symmetrization_section(runs: list[dict], benchmarks: Path | None) -> list[str]:
+    """The symmetrization modes side by side: task metric, continuity and cost (issue 38)."""
+    from canonical_network.report_symmetrization import render_symmetrization
+
+    return render_symmetrization(runs, benchmarks)  # ends with a blank line, or empty
 
 
 def _adapt_symmetrization_section(folder: Path | None, runs: list[dict]) -> list[str]:

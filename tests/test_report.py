@@ -612,3 +612,37 @@ def test_the_ablations_table_marks_variants_that_are_not_equivariant():
     assert "**not equivariant**: positions alone" in rows["positions"]
     assert "biases" in rows["authors"] and "positions alone" in rows["authors"]  # both reasons
     assert "not equivariant" not in rows["width"]
+
+
+def test_the_symmetrization_section_puts_metric_continuity_and_cost_side_by_side(tmp_path):
+    from canonical_network.report_symmetrization import COST_FILE, render_symmetrization
+
+    def run(mode: str, seed: int, mse: float, jumps: float | None) -> dict:
+        metrics = {"test/mse": mse}
+        if jumps is not None:
+            metrics.update({"diagnose/jitter/jump_rate": jumps, "diagnose/jitter/mean_rel": jumps / 10})
+        overrides = [f"canonicalization.symmetrization={mode}", "canonicalization.frame_size=2",
+                     "trainer.max_epochs=200"]
+        return {"experiment": "nbody/cn_gnn", "status": "completed", "seed": seed, "overrides": overrides,
+                "metrics": metrics, "config.canonicalization.symmetrization": mode,
+                "config.canonicalization.frame_size": 2, "config.trainer.max_epochs": 200}
+
+    runs = [run("canonical", s, 0.0076 + 0.0001 * s, 0.10) for s in range(3)]
+    runs += [run("weighted_frame", s, 0.0060 + 0.0001 * s, 0.01 if s else None) for s in range(3)]
+    cost = {"machine": "test CPU", "date": "2026-11-29", "setups": {"nbody": {
+        "experiment": "nbody/cn_gnn", "overrides": ["canonicalization.frame_size=2"],
+        "modes": {"canonical": {"ratio": 1.0}, "weighted_frame": {"ratio": 2.39}}}}}
+    (tmp_path / COST_FILE).write_text(json.dumps(cost))
+    lines = render_symmetrization(runs, tmp_path)
+    assert lines[0] == "## Symmetrization side by side" and lines[-1] == ""
+    table = [line for line in lines if line.startswith("| ")]
+    assert table[0].startswith("| mode | test/mse (n) | vs canonical (Welch) | jumps, jitter (%) | output change, jitter")
+    canonical, weighted = table[1].split(" | "), table[2].split(" | ")
+    assert canonical[0] == "| canonical (one element)" and canonical[1].endswith("(3)") and canonical[2] == "–"
+    assert canonical[3] == "10.0 ± 0 (3)" and canonical[-1] == "1.00× |"
+    # 0.0061 − 0.0077 with the same spread on both sides: an interval clear of zero, lower MSE is better
+    assert weighted[2].startswith("-0.00") and weighted[2].endswith("(better)")
+    assert weighted[3] == "1.0 ± 0 (2)"  # the runs diagnosed, not all the runs
+    assert weighted[-1] == "2.39× |"
+    # no symmetrization runs: no section
+    assert render_symmetrization([r for r in runs if r["config.canonicalization.symmetrization"] == "x"], tmp_path) == []
