@@ -296,14 +296,12 @@ case "${1:-}" in
   pointnet-regulariser)  # PointNet's feature-transform regulariser, the paper's squared ‖I − AAᵀ‖² (the default) or the
                          # PyTorch code's unsquared norm (model.feature_transform_norm=frobenius): under SGD at lr 0.1
                          # the squared one blew two PointNet-backbone runs up (docs/pointclouds.md) and the PointNet
-                         # rows of the pointclouds-cpu stage spread widely. Those rows with the unsquared norm, each
-                         # seed over the three protocols, z/SO(3) first (~5 min a run on one core)
-    local seed rotation
-    for seed in 0 1 2; do
-      for rotation in z/so3 z/z so3/so3; do
-        run "${PC_TAG}_${rotation//\//_}_fro" "$seed" modelnet/pointnet modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \
-          modelnet/cn_frozen_pointnet -- data.rotation="$rotation" "${PC[@]}" model.feature_transform_norm=frobenius
-      done
+                         # rows of the pointclouds-cpu stage spread widely. Those rows with the unsquared norm, seeds
+                         # 0-2 of one protocol before the next, z/SO(3) first (~5 min a run on one core)
+    local rotation
+    for rotation in z/so3 z/z so3/so3; do
+      run "${PC_TAG}_${rotation//\//_}_fro" "0 1 2" modelnet/pointnet modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \
+        modelnet/cn_frozen_pointnet -- data.rotation="$rotation" "${PC[@]}" model.feature_transform_norm=frobenius
     done ;;
   shapenet-cpu)  # every row of Table 5b (part segmentation, synthetic shapes) at the same budget, its two protocols:
                  # the PointNet rows (~2.5 CPU-s a batch of 32), VN-PointNet (~12 s), the DGCNN rows, VN-DGCNN
