@@ -185,7 +185,10 @@ def protocol_cost_table(record: dict) -> list[str]:
             if "error" in timing:
                 lines.append(f"| {table['title']} | `{row}` | | | | not measured: {timing['error']} | | |")
                 continue
-            lines.append(f"| {table['title']} | `{row}` | {timing['batch_size']} | {timing['train_step_s']:.3f} | "
+            batch = str(timing["batch_size"])
+            if "protocol_batch_size" in timing:  # timed at a smaller batch: the protocol's did not fit in memory
+                batch += f" ({timing['protocol_batch_size']} did not fit in memory)"
+            lines.append(f"| {table['title']} | `{row}` | {batch} | {timing['train_step_s']:.3f} | "
                          f"{timing['eval_batch_s']:.3f} | {timing['hours_per_run']:,.2f} | {runs} | "
                          f"{timing['hours_per_run'] * runs:,.1f} |")
         protocols = f" × {table['protocols']} rotation protocols" if table["protocols"] > 1 else ""

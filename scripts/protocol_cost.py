@@ -215,22 +215,49 @@ def _previous_rows(output: Path | None, record: dict) -> dict[str, dict[str, dic
             for name, table in earlier.get("tables", {}).items()}
 
 
+#: the smallest batch a row that does not fit in memory is retried at (halving from the protocol's)
+SMALLEST_BATCH = 4
+
+
 def _time_row_apart(table: str, row: str, args: argparse.Namespace) -> dict:
     """One row timed in a process of its own, so a row the machine cannot hold (the system kills a process out
-    of memory) is recorded as not measured instead of ending the whole run."""
+    of memory) does not end the whole run. Such a row is timed again at half the batch, down to
+    :data:`SMALLEST_BATCH`: the protocol's hours then count that many more, smaller steps (a step's time is
+    close to proportional to its batch for these models; the record says which batch was timed and why), or
+    it is recorded as not measured."""
     import subprocess
 
-    command = [sys.executable, str(Path(__file__).resolve()), "--one-row", table, row, "--device", args.device,
-               "--threads", str(args.threads), "--warmup", str(args.warmup), "--train-steps",
-               str(args.train_steps), "--val-steps", str(args.val_steps)]
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode == 0:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    if proc.returncode < 0 or proc.returncode == 137:
-        return {"error": f"killed by signal {-proc.returncode if proc.returncode < 0 else 9} while timing "
-                         "(out of memory on this machine?)"}
-    last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-    return {"error": last[:160]}
+    batch = protocol_batch = None
+    while True:
+        command = [sys.executable, str(Path(__file__).resolve()), "--one-row", table, row, "--device", args.device,
+                   "--threads", str(args.threads), "--warmup", str(args.warmup), "--train-steps",
+                   str(args.train_steps), "--val-steps", str(args.val_steps)]
+        if batch is not None:
+            command += ["--batch-size", str(batch)]
+        proc = subprocess.run(command, capture_output=True, text=True)
+        if proc.returncode == 0:
+            timing = json.loads(proc.stdout.strip().splitlines()[-1])
+            if batch is not None:
+                timing["protocol_batch_size"] = protocol_batch
+            return timing
+        if proc.returncode < 0 or proc.returncode == 137:
+            if protocol_batch is None:  # the protocol's batch, read from the row's config
+                protocol_batch = _config_batch_size(row, PROTOCOLS[table].overrides)
+            batch = (batch or protocol_batch) // 2
+            if batch >= SMALLEST_BATCH:
+                print(f"{row}: killed (out of memory?) at batch {batch * 2}; timing it at batch {batch}",
+                      file=sys.stderr, flush=True)
+                continue
+            return {"error": f"killed by signal {-proc.returncode if proc.returncode < 0 else 9} while timing, "
+                             f"at every batch down to {SMALLEST_BATCH} (out of memory on this machine?)"}
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        return {"error": last[:160]}
+
+
+def _config_batch_size(experiment: str, overrides: tuple[str, ...]) -> int:
+    from canonical_network.utils.config import compose_experiment
+
+    return int(compose_experiment([f"experiment={experiment}", *overrides]).data.batch_size)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="keep the rows --output already holds at the same settings; time the others")
     parser.add_argument("--one-row", nargs=2, metavar=("TABLE", "ROW"), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--batch-size", type=int, default=None, help=argparse.SUPPRESS)  # the retry at a smaller batch
     args = parser.parse_args(argv)
     for name, value in (("--train-steps", args.train_steps), ("--val-steps", args.val_steps),
                         ("--threads", args.threads)):
@@ -271,8 +299,10 @@ def main(argv: list[str] | None = None) -> int:
         table, row = args.one_row
         if table not in PROTOCOLS or row not in PROTOCOLS[table].rows:
             parser.error(f"--one-row {table} {row}: not a row of a protocol table")
-        timing = time_row(row, PROTOCOLS[table].overrides, args.device, args.warmup, args.train_steps,
-                          args.val_steps)
+        overrides = PROTOCOLS[table].overrides
+        if args.batch_size is not None:
+            overrides = (*overrides, f"data.batch_size={args.batch_size}")
+        timing = time_row(row, overrides, args.device, args.warmup, args.train_steps, args.val_steps)
         print(json.dumps(timing), flush=True)
         return 0
     record = {

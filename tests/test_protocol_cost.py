@@ -75,22 +75,36 @@ def test_a_killed_row_is_recorded_and_the_rest_resumes(tmp_path, monkeypatch):
         if "--one-row" not in command:  # anything else (platform.processor) runs for real
             return real_run(command, **kwargs)
         row = command[command.index("--one-row") + 2]
-        timed.append(row)
-        if row == "nbody/egnn":
+        batch = int(command[command.index("--batch-size") + 1]) if "--batch-size" in command else 100
+        timed.append((row, batch))
+        # egnn fits at no batch; linear only at half its batch or less
+        if row == "nbody/egnn" or (row == "nbody/linear" and batch > 50):
             return types.SimpleNamespace(returncode=-9, stdout="", stderr="")
-        timing = {"batch_size": 100, "val_interval": 5, "train_step_s": 0.01, "eval_batch_s": 0.004}
+        timing = {"batch_size": batch, "val_interval": 5, "train_step_s": 0.0001 * batch,
+                  "eval_batch_s": 0.00004 * batch}
         return types.SimpleNamespace(returncode=0, stdout="lightning noise\n" + json.dumps(timing) + "\n", stderr="")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
     out = tmp_path / "cost.json"
-    args = ["--tables", "nbody", "--rows", "nbody/gnn", "nbody/egnn", "--output", str(out)]
+    args = ["--tables", "nbody", "--rows", "nbody/linear", "nbody/gnn", "nbody/egnn", "--output", str(out)]
     assert cost.main(args) == 0
     rows = json.loads(out.read_text())["tables"]["nbody"]["rows"]
     assert "killed by signal 9" in rows["nbody/egnn"]["error"] and "out of memory" in rows["nbody/egnn"]["error"]
+    # killed at every batch: retried at half the protocol's batch of 100 each time, down to 4 (50, 25, 12, 6)
+    assert [b for r, b in timed if r == "nbody/egnn"] == [100, 50, 25, 12, 6]
     assert rows["nbody/gnn"]["hours_per_run"] == pytest.approx(cost.row_hours(cost.PROTOCOLS["nbody"], rows["nbody/gnn"]))
+    # killed at its batch, timed at half: its hours count twice as many half-size steps (the same total here,
+    # where a step's time is proportional to its batch), and the record says which batch was timed and why
+    assert rows["nbody/linear"]["batch_size"] == 50 and rows["nbody/linear"]["protocol_batch_size"] == 100
+    assert "protocol_batch_size" not in rows["nbody/gnn"]
+    assert rows["nbody/linear"]["hours_per_run"] == pytest.approx(rows["nbody/gnn"]["hours_per_run"], rel=0.02)
+    from canonical_network.docs_blocks import protocol_cost_table
+
+    table = "\n".join(protocol_cost_table(json.loads(out.read_text())))
+    assert "| `nbody/linear` | 50 (100 did not fit in memory) |" in table
     timed.clear()
     assert cost.main([*args, "--resume"]) == 0
-    assert timed == ["nbody/egnn"]  # the measured row is kept, the failed one timed again
+    assert {r for r, _ in timed} == {"nbody/egnn"}  # the measured rows are kept, the failed one timed again
     assert json.loads(out.read_text())["complete"] is True
     with pytest.raises(SystemExit, match="other settings"):  # never mixes rows measured at other settings
         cost.main([*args, "--resume", "--train-steps", "5"])
