@@ -47,8 +47,10 @@ def main() -> None:
     data.setup("test")
     loc, vel, charges, target = data.splits["test"].tensors
     generator = torch.Generator().manual_seed(args.seed)
-    q = random_orthogonal(len(loc), generator).transpose(1, 2)  # Qᵀ, one per system
-    shift = torch.randn(len(loc), 1, 3, generator=generator)
+    # Qᵀ, one per system, orthogonal to float64 rounding (a float32 Q cast up is orthogonal to 1e-7 only)
+    q64 = random_orthogonal(len(loc), generator, dtype=torch.float64).transpose(1, 2)
+    shift64 = torch.randn(len(loc), 1, 3, generator=generator, dtype=torch.float64)
+    q = q64.float()
 
     print(f"N-body test split ({len(loc)} systems); canonicalizer: nbody/cn_gnn_frozen's at seed {args.seed}")
     print("| checkpoint | as they are | turned (O(3)) | behind the frozen canonicalizer | its equivariance error, median / largest (float64) |")
@@ -70,8 +72,8 @@ def main() -> None:
         x64 = (loc.double(), vel.double(), charges.double())
         with torch.no_grad():
             out = wrapped64(*x64)
-            moved = wrapped64(x64[0] @ q.double() + shift.double(), x64[1] @ q.double(), x64[2])
-        errors = ((moved - (out @ q.double() + shift.double())).flatten(1).norm(dim=-1)
+            moved = wrapped64(x64[0] @ q64 + shift64, x64[1] @ q64, x64[2])
+        errors = ((moved - (out @ q64 + shift64)).flatten(1).norm(dim=-1)
                   / out.flatten(1).norm(dim=-1))
         wrapped.float()
         print(f"| {path} | {mse(plain, loc, vel, charges, target):.5f} | {mse(turned, loc, vel, charges, target):.5f} "
