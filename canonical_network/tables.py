@@ -6,7 +6,8 @@
     python -m canonical_network.tables --wandb <entity>/<project> [--group rotmnist_table1]
 
 Every ``results.json`` below the folder is one run (see ``canonical_network.train``); runs are matched to
-table cells by experiment name and, for tables with several columns or a grid, by config values. A cell
+table cells by experiment name and, for tables with several columns or a grid, by config values (a row's
+``match``; its optional ``exclude``, a list of matches, leaves the runs they match to another row). A cell
 whose runs all failed shows the reason instead of a number. The paper's numbers live in
 ``paper_results.json`` beside this file, one entry per table.
 """
@@ -92,6 +93,13 @@ def _matches(record: dict, match: dict) -> bool:
     return all(record.get(k) == v for k, v in match.items())
 
 
+def _excluded(record: dict, row: dict) -> bool:
+    """Whether the row's ``exclude`` (a list of matches) takes the record out: a row that matches on fewer keys
+    than another row of its table (the GNN beside the GNN with O(3) augmentation, whose records before the key
+    existed do not have it) leaves the other row's runs to it."""
+    return any(_matches(record, match) for match in row.get("exclude") or [])
+
+
 def build_table(spec: dict, runs: Iterable[dict], split_variants: bool = True) -> list[tuple[str, list[Cell]]]:
     """The rows of one table. Runs are pooled into a cell only when they are the same run but for the seed
     (and for where they log, :data:`~canonical_network.records.NEUTRAL_OVERRIDE_PREFIXES`): the row's own
@@ -113,7 +121,7 @@ def build_table(spec: dict, runs: Iterable[dict], split_variants: bool = True) -
         if not split_variants:
             rows.append((row["name"], _cells(spec, row, row_match, runs)))
             continue
-        variants = sorted({variant(r) for r in runs if _matches(r, row_match)} | {()})
+        variants = sorted({variant(r) for r in runs if _matches(r, row_match) and not _excluded(r, row)} | {()})
         for overrides in variants:
             name = row["name"] if not overrides else f"{row['name']} [{', '.join(overrides)}]"
             rows.append((name, _cells(spec, row if not overrides else {**row, "paper": None}, row_match,
@@ -126,7 +134,7 @@ def _cells(spec: dict, row: dict, row_match: dict, runs: list[dict]) -> list[Cel
     cells = []
     for j, column in enumerate(spec["columns"]):
         match = {**row_match, **(column.get("match") or {})}
-        selected = [r for r in runs if _matches(r, match)]
+        selected = [r for r in runs if _matches(r, match) and not _excluded(r, row)]
         ok = [r for r in selected if r["status"] == "completed" and spec["metric"] in r["metrics"]]
         scored = [(float(r["metrics"][spec["metric"]]) * spec.get("scale", 1.0), r) for r in ok]
         scored = [(v, r) for v, r in scored if math.isfinite(v)]

@@ -179,3 +179,18 @@ def test_a_malformed_record_is_named_and_skipped(tmp_path, capsys, content):
     out, err = capsys.readouterr()
     assert f"skipping unreadable {tmp_path / 'bad' / RESULTS_FILE}: not a run record" in err
     assert "2.50 ± 0.00 (n=1)" in out
+
+
+def test_a_row_leaves_the_runs_it_excludes_to_the_row_that_matches_them(tmp_path):
+    # nbody_augmentation_table: the GNN row matches every GNN at 1,000 epochs, records from before
+    # data.augmentation existed included; it excludes the augmented runs, which are the next row's
+    def gnn(name, mse, augmentation=None):
+        data = {"augmentation": augmentation} if augmentation else {}
+        write_result(tmp_path, name, "nbody/gnn", {"test/mse": mse},
+                     config={"trainer": {"max_epochs": 1000}, "data": data})
+
+    gnn("old0", 0.014), gnn("old1", 0.015), gnn("none", 0.0145, "none"), gnn("aug0", 0.0047, "o3")
+    spec = tables.paper_tables()["nbody_augmentation_table"]
+    rows = dict(tables.build_table(spec, tables.load_runs(tmp_path), split_variants=False))
+    assert sorted(rows["GNN"][0].values) == [0.014, 0.0145, 0.015]
+    assert rows["GNN (O(3) augmentation)"][0].values == [0.0047]
