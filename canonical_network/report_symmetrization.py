@@ -5,7 +5,8 @@ sampled, full), each trained that way (``scripts/reproduce.sh symmetrization``).
 ``sym_<family>_table`` select the runs of each mode (``canonical_network/paper_results.json``); this section puts
 beside each mode's task metric what the tables show apart: the continuity figures of each run's own diagnosis
 (``diagnose/<perturbation>/<figure>``: the share of inputs whose output jumps by more than 10 % under a ±1°
-rotation outside the group and under jitter, and the mean relative output change), the difference to
+rotation outside the group and under jitter, and the mean relative output change; for ``sampled``, measured at
+common random numbers, with its draw-to-draw change beside them), the difference to
 the canonical mode's mean (Welch: each mode's runs are runs of their own), and the cost of one forward pass relative to the canonical mode, measured by
 ``scripts/benchmark_symmetrization.py`` (``<benchmarks>/symmetrization_cost.json``).
 """
@@ -27,7 +28,9 @@ COST_FILE = "symmetrization_cost.json"
 CONTINUITY = (("diagnose/rotation/jump_rate", "jumps, ±1° rotation (%)", 100.0),
               ("diagnose/jitter/jump_rate", "jumps, jitter (%)", 100.0),
               ("diagnose/rotation/mean_rel", "output change, ±1° rotation", 1.0),
-              ("diagnose/jitter/mean_rel", "output change, jitter", 1.0))
+              ("diagnose/jitter/mean_rel", "output change, jitter", 1.0),
+              # sampled only: a second draw on the same input (its perturbations compare one draw, diagnostics)
+              ("diagnose/redraw/mean_rel", "output change, a second draw", 1.0))
 
 
 def _mean_text(values: list[float], digits: int) -> str:

@@ -185,3 +185,40 @@ def test_coordinate_element_and_the_product_group_name():
     assert rotation_group_3d("E(3)×S_n", None, default="SO3") == "O3"
     assert rotation_group_3d("SO(3)×S_n", "z") == "SO3"
     assert rotation_group_3d("S_n", "z") == "z"  # no coordinate claim: the data's protocol
+
+
+def test_continuity_compares_a_sampled_frame_at_common_random_numbers_and_reports_its_redraws():
+    """A sampled-mode model draws anew at every pass: its continuity is measured for one draw (the same seed
+    before φ(x) and φ(x′)), and its draw-to-draw change is a part of its own."""
+    import types
+
+    from canonical_network.diagnostics.measures import continuity
+
+    class Noisy(torch.nn.Module):  # φ(x) = x + 0.5 · (a fresh standard normal draw): smooth for one draw
+        def __init__(self, mode: str) -> None:
+            super().__init__()
+            self.canonicalizer = types.SimpleNamespace(symmetrization=mode)
+
+        def forward(self, x):
+            return x + 0.5 * torch.randn(x.shape, dtype=x.dtype)
+
+    class Jitter:  # the identity group with one perturbation: noise of 1e-6 of the input's size
+        jitter = 1e-6
+
+        def perturbations(self, inputs, generator):
+            (x,) = inputs
+            return {"jitter": (None, (x + 1e-6 * torch.randn(x.shape, generator=generator, dtype=x.dtype),))}
+
+    x = 1.0 + torch.rand(64, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    sampled = Noisy("sampled")
+    result = continuity(sampled, Jitter(), (x,), sampled(x), None, 0.1, torch.Generator().manual_seed(1))
+    jitter, redraw = result["by_perturbation"]["jitter"], result["by_perturbation"]["redraw"]
+    # one draw moves by the jitter only: ≤ 1e-6 · ‖noise‖ / ‖x‖ ≤ 1e-6 · ~1 (|x| ≥ 1 per entry)
+    assert jitter["max_rel"] < 2e-6 and jitter["jump_rate"] == 0.0
+    # two draws differ by 0.5 · √2 · ‖ε‖ / ‖φ(x)‖: O(0.3), well above the 0.1 jump threshold for most inputs
+    assert redraw["mean_rel"] > 0.1 and redraw["jump_rate"] > 0.5
+    assert result["jump_rate"] == 0.0  # the redraw is not pooled into the perturbations' figures
+    # the same model taken for a deterministic one (canonical) is compared draw against draw: it looks like jumps
+    canonical = Noisy("canonical")
+    naive = continuity(canonical, Jitter(), (x,), canonical(x), None, 0.1, torch.Generator().manual_seed(1))
+    assert naive["by_perturbation"]["jitter"]["jump_rate"] > 0.5 and "redraw" not in naive["by_perturbation"]

@@ -227,12 +227,30 @@ def continuity(model, symmetry: Symmetry, inputs: Inputs, output: torch.Tensor, 
     inputs with ``Δ > jump``) and ``element_change_rate`` (share whose chosen element changes: another index
     for finite groups; ``‖h(x′) − g·h(x)‖_F / ‖h(x)‖_F > jump`` for continuous ones; ``None`` for the
     identity). The top-level figures pool every perturbation (rates: inputs affected by any).
+
+    A model with ``symmetrization=sampled`` draws its frame anew at every pass, so two passes differ even on
+    the same input. Its perturbations are therefore compared at common random numbers (the global RNG seeded
+    alike before ``φ(x)`` and each ``φ(x′)``: the continuity of one draw), and a part ``redraw`` gives the
+    change between two draws on the same input (its own figures, not pooled into the top level). Under a
+    rotation the common draw is not turned with the input, so that part also holds the mode's departure from
+    exact equivariance for one draw (it is equivariant in distribution only).
     """
     h = model.canonicalizer
+    draws = getattr(h, "symmetrization", "canonical") == "sampled"
+
+    def call(*x: torch.Tensor, draw: int = 0) -> torch.Tensor:
+        if not draws:
+            return model(*x)
+        with torch.random.fork_rng(devices=[output.device] if output.device.type == "cuda" else []):
+            torch.manual_seed(draw)
+            return model(*x)
+
+    if draws:
+        output = call(*inputs)
     index = None if element is None else h.group_element_index(element)
     parts, changes, jumped, switched = {}, [], [], []
     for name, (g, perturbed) in symmetry.perturbations(inputs, generator).items():
-        change = relative(model(*perturbed), output if g is None else symmetry.act_output(g, output), output)
+        change = relative(call(*perturbed), output if g is None else symmetry.act_output(g, output), output)
         part = {**summary(change), "jump_rate": float((change > jump).float().mean()), "element_change_rate": None}
         label = g.label if g is not None else f"jitter {symmetry.jitter:g} × the input's size"
         if element is not None:
@@ -247,6 +265,10 @@ def continuity(model, symmetry: Symmetry, inputs: Inputs, output: torch.Tensor, 
         parts[name] = {"perturbation": label, **part}
         changes.append(change)
         jumped.append(change > jump)
+    if draws:
+        change = relative(call(*inputs, draw=1), output, output)
+        parts["redraw"] = {"perturbation": "a second draw of the sampled frame, the same input", **summary(change),
+                           "jump_rate": float((change > jump).float().mean()), "element_change_rate": None}
     changes = torch.stack(changes)
     return {
         **summary(changes), "jump": jump,
