@@ -168,6 +168,35 @@ def test_nbody_positions_alone_leave_no_frame_without_dropout(seed, monkeypatch)
     assert relative_frame(positions.train()).min() > 1e-2
 
 
+def test_nbody_frame_augmentation_turns_the_frame_in_training_only():
+    """frame_augmentation: R S with S Haar on O(3) while the model trains (a frozen canonicalizer included, whose
+    module stays in eval mode), R itself in evaluation: there the model is exactly equivariant again."""
+    x = nbody_inputs(dtype=F64)
+    canon = _nbody(frame_augmentation=True, freeze=True).double()
+    model = CanonicalizedModel(canon, NBodyMLP().double())
+    model.eval()
+    with torch.no_grad():
+        plain = canon.group_element(*x)
+    model.train()
+    assert not canon.training  # frozen: the module itself stays in eval mode
+    turns = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            turned = canon.group_element(*x)
+        assert torch.equal(turned.translation, plain.translation)
+        turns.append(plain.rotation.transpose(1, 2) @ turned.rotation)  # S = Rᵀ (R S)
+    for s in turns:
+        assert _orthogonality_error(s) < orthonormality_tol(F64)
+        assert (torch.linalg.matrix_norm(s - torch.eye(3, dtype=F64)) > 0.1).all()  # Haar: never near I here
+    assert not torch.allclose(turns[0], turns[1])
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(canon.group_element(*x).rotation, plain.rotation)
+    with pytest.raises(ValueError, match="frame_augmentation.*canonical"):
+        _nbody(frame_augmentation=True, symmetrization="sampled")
+
+
 def test_nbody_authors_code_ablation_fails_the_rotation_check_and_keeps_translations():
     # the same inputs and check as the equivariance test above: the authors' biases on VN features and
     # Gram-Schmidt over coordinate rows must make h(Q x) differ from Q h(x) by O(0.1..1), not by rounding

@@ -52,7 +52,7 @@ from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
 from canonical_network.canonicalization.symmetrization import Frame, FrameSpec, vector_frame
-from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt
+from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt, random_orthogonal
 from canonical_network.nn.vector_neurons import VNDropout, VNLinear, vn_leaky_relu, vn_mean_pool
 from canonical_network.utils.checks import check_bool, check_choice, check_fraction, check_int
 
@@ -122,6 +122,13 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
             (the centred positions alone, as the authors' code). All are equivariant inputs.
         authors_code: the ablation of the module docstring — the authors' three non-equivariant details
             (biases on VN features, element-wise dropout, Gram–Schmidt over coordinate rows). Not equivariant.
+        frame_augmentation: in training, turn each canonical frame by its own Haar-random element S of O(3)
+            (``R ← R S``): the predictor learns on randomly turned canonical systems, as with data augmentation
+            (which a canonicalizer would undo, acting before it), the model is equivariant in distribution while
+            training and exactly in evaluation, where S = I. ``R S`` is Haar whatever ``R``, so a learned
+            canonicalizer gets no signal from it: meant with ``freeze`` ("CN-GNN (frozen, turned frames)",
+            ``docs/nbody.md``). The model's training mode decides, also when the canonicalizer is frozen.
+            ``symmetrization=canonical`` only.
 
     Inputs of :meth:`canonicalize`: ``loc`` ``(B, N, 3)``, ``vel`` ``(B, N, 3)``, ``charges`` ``(B, N, 1)``.
     """
@@ -138,8 +145,11 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         freeze: bool = False,
         authors_code: bool = False,
         features: str = "pvq",
+        frame_augmentation: bool = False,
     ) -> None:
         super().__init__(freeze=freeze)
+        self.frame_augmentation = check_bool("canonicalization.frame_augmentation", frame_augmentation)
+        self._turning = self.frame_augmentation  # the model's training mode (train()), not the frozen module's
         self.features = check_choice("canonicalization.features", features, tuple(FEATURES))
         self.authors_code = check_bool("canonicalization.authors_code", authors_code)
         hidden_dim = check_int("canonicalization.hidden_dim", hidden_dim, low=1)
@@ -205,8 +215,15 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         # coordinate rows, as the authors' code does
         frame = vectors[:, :3] if self.authors_code else vectors[:, :3].transpose(1, 2)
         rotation = gram_schmidt(frame, "O3")
+        if self._turning:  # frame_augmentation in training: R S, S Haar on O(3), one per system
+            rotation = rotation @ random_orthogonal(rotation.shape[0], dtype=rotation.dtype, device=rotation.device)
         translation = centroid + vectors[:, 3] if self.translation == "learned" else centroid
         return EuclideanTransform(rotation, translation)
+
+    def train(self, mode: bool = True) -> VNDeepSetsCanonicalizer:
+        # a frozen canonicalizer stays in eval mode (base class): the frames turn with the model's own mode
+        self._turning = bool(mode) and self.frame_augmentation
+        return super().train(mode)
 
     def canonicalize(
         self, loc: torch.Tensor, vel: torch.Tensor, charges: torch.Tensor
@@ -224,6 +241,8 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
             return "E(3) is infinite: there is no full frame to average over; use weighted_frame or sampled"
         if mode != "canonical" and self.authors_code:
             return "canonicalization.authors_code=true is not equivariant, so neither is any frame built from it"
+        if mode != "canonical" and self.frame_augmentation:
+            return "canonicalization.frame_augmentation turns the canonical frame only (symmetrization=canonical)"
         return None
 
     def build_frame(self, inputs: tuple[torch.Tensor, ...], spec: FrameSpec) -> Frame:
