@@ -178,6 +178,12 @@ def row_hours(protocol: Protocol, timing: dict) -> float:
     return (protocol.epochs * per_epoch + math.ceil(protocol.test / batch) * timing["eval_batch_s"]) / 3600
 
 
+def _with_kept(protocol: Protocol, rows: dict[str, dict], kept: dict[str, dict]) -> dict[str, dict]:
+    """The rows timed so far and the rows an earlier run measured that this one has not reached yet, in the
+    protocol's order: a resumed run stopped again loses none of them."""
+    return {row: rows[row] if row in rows else kept[row] for row in protocol.rows if row in rows or row in kept}
+
+
 def _set_table(record: dict, name: str, protocol: Protocol, rows: dict[str, dict]) -> None:
     total = sum(t["hours_per_run"] for t in rows.values() if "hours_per_run" in t)
     record["tables"][name] = {
@@ -320,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         "tables": {},
     }
     previous = _previous_rows(args.output, record) if args.resume else {}
+    if previous:  # rows kept from an earlier run: the record spans both days
+        earlier = json.loads(args.output.read_text()).get("date", "")
+        if earlier and record["date"] not in earlier:
+            record["date"] = f"{earlier.split(' and ')[0]} and {record['date']}"
     for name in args.tables:
         protocol = PROTOCOLS[name]
         rows: dict[str, dict] = {}
@@ -338,9 +348,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{row}: {rows[row]['train_step_s']:.3f} s a training step, {rows[row]['eval_batch_s']:.3f} "
                           f"s an evaluation batch -> {rows[row]['hours_per_run']:.2f} h a run", file=sys.stderr,
                           flush=True)
-            _set_table(record, name, protocol, rows)
+            _set_table(record, name, protocol, _with_kept(protocol, rows, previous.get(name, {})))
             _write(record, args.output)  # after every row: a run stopped later keeps what it measured (--resume)
-        _set_table(record, name, protocol, rows)
+        _set_table(record, name, protocol, _with_kept(protocol, rows, previous.get(name, {})))
     record["complete"] = True
     _write(record, args.output)
     from canonical_network.docs_blocks import protocol_cost_table

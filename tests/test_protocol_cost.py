@@ -108,3 +108,36 @@ def test_a_killed_row_is_recorded_and_the_rest_resumes(tmp_path, monkeypatch):
     assert json.loads(out.read_text())["complete"] is True
     with pytest.raises(SystemExit, match="other settings"):  # never mixes rows measured at other settings
         cost.main([*args, "--resume", "--train-steps", "5"])
+
+
+def test_a_resumed_run_stopped_again_keeps_the_rows_it_had_not_reached(tmp_path, monkeypatch):
+    """--resume re-times the failed rows in table order; stopped while timing one, the record still holds the
+    rows an earlier run measured that come after it."""
+    import subprocess
+    import types
+
+    cost = _script()
+    real_run = subprocess.run
+    state = {"fail": {"nbody/linear", "nbody/gnn"}, "stop_at": None}
+
+    def fake_run(command, **kwargs):
+        if "--one-row" not in command:
+            return real_run(command, **kwargs)
+        row = command[command.index("--one-row") + 2]
+        if row == state["stop_at"]:
+            raise KeyboardInterrupt  # the run stopped while timing this row
+        if row in state["fail"]:
+            return types.SimpleNamespace(returncode=1, stdout="", stderr="RuntimeError: not this time")
+        timing = {"batch_size": 100, "val_interval": 5, "train_step_s": 0.01, "eval_batch_s": 0.004}
+        return types.SimpleNamespace(returncode=0, stdout=json.dumps(timing) + "\n", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    out = tmp_path / "cost.json"
+    args = ["--tables", "nbody", "--rows", "nbody/linear", "nbody/gnn", "nbody/egnn", "--output", str(out)]
+    assert cost.main(args) == 0  # linear and gnn failed, egnn measured
+    state.update(fail=set(), stop_at="nbody/gnn")
+    with pytest.raises(KeyboardInterrupt):
+        cost.main([*args, "--resume"])  # linear measured now, stopped while timing gnn
+    rows = json.loads(out.read_text())["tables"]["nbody"]["rows"]
+    assert list(rows) == ["nbody/linear", "nbody/egnn"]  # egnn, measured by the first run, is still there
+    assert all("hours_per_run" in timing for timing in rows.values())
