@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import pickle
 
 import pytest
 import torch
@@ -177,8 +178,13 @@ def test_nbody_frame_augmentation_turns_the_frame_in_training_only():
     model.eval()
     with torch.no_grad():
         plain = canon.group_element(*x)
-    model.train()
-    assert not canon.training  # frozen: the module itself stays in eval mode
+    # Lightning restores the modes of submodules after validation by setting their flags, not through train():
+    # what decides is the model's mode, also for a frozen canonicalizer, whose own flag stays False
+    model.eval()
+    frozen = set(map(id, canon.modules()))
+    for module in model.modules():
+        module.training = id(module) not in frozen  # the frozen canonicalizer's modules stay as they were
+    assert not canon.training and canon.model_training
     turns = []
     for seed in (0, 1):
         torch.manual_seed(seed)
@@ -193,6 +199,9 @@ def test_nbody_frame_augmentation_turns_the_frame_in_training_only():
     model.eval()
     with torch.no_grad():
         assert torch.equal(canon.group_element(*x).rotation, plain.rotation)
+    # a pickled (DDP spawn) or copied model's canonicalizer reads the copy's mode, not the original's
+    clone = pickle.loads(pickle.dumps(model)).train()
+    assert clone.canonicalizer.model_training and not canon.model_training
     with pytest.raises(ValueError, match="frame_augmentation.*canonical"):
         _nbody(frame_augmentation=True, symmetrization="sampled")
 

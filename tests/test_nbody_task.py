@@ -274,3 +274,44 @@ def test_last_checkpoint_is_every_epoch_not_every_improvement(tiny_dir, tmp_path
     # restores the callbacks' states from that checkpoint
     assert resumed["fit_time_s"] >= round(state["callbacks"]["FitClock"]["fit_time_s"], 2)
     assert resumed["best_val"]  # the validation after epoch 4 chose the tested checkpoint
+
+
+def test_the_turned_row_turns_its_frames_in_lightning_training_and_not_in_validation(tiny_dir):
+    """nbody/cn_gnn_turned under a real Trainer: Lightning sets its submodules' modes itself (the frozen
+    canonicalizer's stays False), so the turn must follow the model's mode. In each training step the predictor's
+    canonical inputs are the untrained frame's turned by a Haar element (never that frame's own); in validation
+    they are the frame's own."""
+    from lightning import Callback
+
+    model = build_row("cn_gnn_turned").train()
+    canon = model.network.canonicalizer
+    seen = {"train": [], "val": []}
+
+    def own_frame(batch) -> torch.Tensor:  # the canonical positions of the frame itself (no turn)
+        with torch.no_grad():
+            return canon.group_element(*batch[:3]).inverse_on_points(batch[0])
+
+    class Watch(Callback):
+        def record(self, split, pl_module, batch):
+            with torch.no_grad():
+                canonical, _ = canon.canonicalize(*batch[:3])
+            turned = canonical[0]
+            canon.frame_augmentation = False  # the same frame, unturned, for comparison
+            try:
+                seen[split].append(torch.allclose(turned, own_frame(batch), atol=1e-5))
+            finally:
+                canon.frame_augmentation = True
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.record("train", pl_module, batch)
+
+        def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+            self.record("val", pl_module, batch)
+
+    dm = NBodyDataModule(data_dir=str(tiny_dir), batch_size=8, **TINY)
+    trainer = Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, callbacks=[Watch()],
+                      num_sanity_val_steps=0)
+    trainer.fit(model, datamodule=dm)
+    assert seen["train"] and not any(seen["train"])  # every training batch turned (after a validation, too)
+    assert seen["val"] and all(seen["val"])

@@ -21,6 +21,7 @@ training inputs. Every canonicalizer says how far its chosen element is from the
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -146,6 +147,22 @@ class Canonicalizer(nn.Module, metaclass=_AppliesBaseOptions):
         if self.freeze:
             self.train(False)
         return self
+
+    def __getstate__(self) -> dict:
+        # the owner's weak reference neither pickles (DDP's spawn) nor may survive a copy: the model re-binds it
+        state = dict(super().__getstate__())
+        state.pop("_owner", None)
+        return state
+
+    @property
+    def model_training(self) -> bool:
+        """Whether the model this canonicalizer is part of is training: its :class:`CanonicalizedModel`'s mode
+        (bound there), else the canonicalizer's own. A frozen canonicalizer's own flag stays False, and Lightning
+        restores the modes of submodules after validation by setting their flags, not through ``train()``, so
+        a training-only behaviour of a frozen canonicalizer (``frame_augmentation``) reads this."""
+        owner = self.__dict__.get("_owner")
+        model = owner() if owner is not None else None
+        return model.training if model is not None else self.training
 
     #: whether h scores its candidates with the predictor f itself (test-time canonicalization,
     #: ``canonicalization/test_time.py``); :class:`CanonicalizedModel` then hands f over through
@@ -327,8 +344,14 @@ class CanonicalizedModel(nn.Module):
             )
         self.canonicalizer = canonicalizer
         self.predictor = predictor
+        # the model's mode, for Canonicalizer.model_training; a weak reference kept out of the submodules
+        canonicalizer.__dict__["_owner"] = weakref.ref(self)
         if canonicalizer.needs_predictor:  # h scores with f itself (test-time canonicalization)
             canonicalizer.bind_predictor(predictor)
+
+    def __setstate__(self, state: dict) -> None:  # unpickled or copied: the canonicalizer reads this model's mode
+        super().__setstate__(state)
+        self.canonicalizer.__dict__["_owner"] = weakref.ref(self)
 
     def canonicalize(self, *inputs: torch.Tensor) -> tuple[Inputs, Any]:
         """``(h(x)⁻¹ · x as a tuple, h(x))``: what the predictor sees, for logging and figures (the canonical

@@ -149,7 +149,6 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
     ) -> None:
         super().__init__(freeze=freeze)
         self.frame_augmentation = check_bool("canonicalization.frame_augmentation", frame_augmentation)
-        self._turning = self.frame_augmentation  # the model's training mode (train()), not the frozen module's
         self.features = check_choice("canonicalization.features", features, tuple(FEATURES))
         self.authors_code = check_bool("canonicalization.authors_code", authors_code)
         hidden_dim = check_int("canonicalization.hidden_dim", hidden_dim, low=1)
@@ -215,15 +214,10 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         # coordinate rows, as the authors' code does
         frame = vectors[:, :3] if self.authors_code else vectors[:, :3].transpose(1, 2)
         rotation = gram_schmidt(frame, "O3")
-        if self._turning:  # frame_augmentation in training: R S, S Haar on O(3), one per system
+        if self.frame_augmentation and self.model_training:  # in training: R S, S Haar on O(3), one per system
             rotation = rotation @ random_orthogonal(rotation.shape[0], dtype=rotation.dtype, device=rotation.device)
         translation = centroid + vectors[:, 3] if self.translation == "learned" else centroid
         return EuclideanTransform(rotation, translation)
-
-    def train(self, mode: bool = True) -> VNDeepSetsCanonicalizer:
-        # a frozen canonicalizer stays in eval mode (base class): the frames turn with the model's own mode
-        self._turning = bool(mode) and self.frame_augmentation
-        return super().train(mode)
 
     def canonicalize(
         self, loc: torch.Tensor, vel: torch.Tensor, charges: torch.Tensor
