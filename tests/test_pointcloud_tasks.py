@@ -286,16 +286,22 @@ def test_smoothed_cross_entropy_by_hand():
     assert F.cross_entropy(logits, labels, label_smoothing=0.2).item() == pytest.approx(by_hand, rel=rel)
 
 
-def test_classification_loss_is_label_smoothed_and_adds_pointnets_regulariser():
-    # Paper recipe (DGCNN, the authors' models/pointcloud_classification_models.py): ε = 0.2 by default.
-    model = hydra.utils.instantiate(tiny_config("modelnet/pointnet").model).train()
-    assert model.label_smoothing == 0.2
+def _step_off_orthogonal(*overrides: str):
+    """``modelnet/pointnet``'s task with its feature T-Net moved off orthogonal, and its training loss on the
+    synthetic validation split (dropout seeded 3): ``(model, points, labels, loss)``."""
+    model = hydra.utils.instantiate(tiny_config("modelnet/pointnet", *overrides).model).train()
     tnet = model.network.predictor.encoder.feature_tnet
     with torch.no_grad():
         tnet.to_matrix.bias.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(2))  # not orthogonal
     points, labels = synthetic_split("classification", "val")
     torch.manual_seed(3)
-    loss = model.training_step((points, labels), 0)
+    return model, points, labels, model.training_step((points, labels), 0)
+
+
+def test_classification_loss_is_label_smoothed_and_adds_pointnets_regulariser():
+    # Paper recipe (DGCNN, the authors' models/pointcloud_classification_models.py): ε = 0.2 by default.
+    model, points, labels, loss = _step_off_orthogonal()
+    assert model.label_smoothing == 0.2
     torch.manual_seed(3)  # the same dropout mask
     logits = model(points)
     penalty = feature_transform_regularizer(model.network.predictor.last_feature_transform)
@@ -308,14 +314,7 @@ def test_classification_loss_is_label_smoothed_and_adds_pointnets_regulariser():
 
 def test_the_regularizers_norm_is_a_config_key_that_reaches_the_loss():
     # model.feature_transform_norm=frobenius: the training loss adds 1e-3 ‖I − A Aᵀ‖_F, not its square
-    model = hydra.utils.instantiate(tiny_config("modelnet/pointnet", "model.feature_transform_norm=frobenius").model)
-    model.train()
-    tnet = model.network.predictor.encoder.feature_tnet
-    with torch.no_grad():
-        tnet.to_matrix.bias.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(2))  # not orthogonal
-    points, labels = synthetic_split("classification", "val")
-    torch.manual_seed(3)
-    loss = model.training_step((points, labels), 0)
+    model, points, labels, loss = _step_off_orthogonal("model.feature_transform_norm=frobenius")
     transform = model.network.predictor.last_feature_transform
     squared, unsquared = feature_transform_regularizer(transform), feature_transform_regularizer(transform, "frobenius")
     assert squared > 1.5 * unsquared  # the check below tells them apart
