@@ -136,13 +136,17 @@ def _kd_order(points: torch.Tensor, levels: int) -> torch.Tensor:
     a part along its widest axis)."""
     b, n, d = points.shape
     perm = torch.arange(n, device=points.device).expand(b, n)
+    # the coordinates in the current order, coordinate-major (B, D, N): each level permutes them along with
+    # perm, and reads the widest axis of each part from contiguous planes
+    current = points.transpose(1, 2).contiguous()
     for level in range(levels):
         parts, size = 2**level, n >> level
-        part = torch.gather(points, 1, perm.unsqueeze(-1).expand(b, n, d)).view(b, parts, size, d)
-        axis = (part.amax(2) - part.amin(2)).argmax(-1)  # (B, parts)
-        coordinate = torch.gather(part, 3, axis.view(b, parts, 1, 1).expand(b, parts, size, 1)).squeeze(-1)
+        part = current.view(b, d, parts, size)
+        axis = (part.amax(3) - part.amin(3)).argmax(1)  # (B, parts)
+        coordinate = torch.gather(part, 1, axis.view(b, 1, parts, 1).expand(b, 1, parts, size)).view(b, parts, size)
         order = coordinate.argsort(dim=-1, stable=True)
         perm = torch.gather(perm.reshape(b, parts, size), 2, order).reshape(b, n)
+        current = torch.gather(part, 3, order.unsqueeze(1).expand(b, d, parts, size)).view(b, d, n)
     return perm
 
 
@@ -205,24 +209,24 @@ def _knn_pruned(
     ones = torch.ones_like(squares)
     left = torch.cat([ordered, squares.unsqueeze(-1), ones.unsqueeze(-1)], -1)
     left = left.view(b * leaves, size, d + 2)
-    right = torch.cat([-2 * ordered, ones.unsqueeze(-1), squares.unsqueeze(-1)], -1)
-    # right[:, :, a, s] = the points of the s-th leaf that leaf a searches
-    right = right.transpose(1, 2).reshape(b, d + 2, 1, leaves, size).expand(b, d + 2, leaves, leaves, size)
-    index = searched_leaves.view(b, 1, leaves, searched, 1).expand(b, d + 2, leaves, searched, size)
-    right = torch.gather(right, 3, index).transpose(1, 2).reshape(b * leaves, d + 2, width)
-    approx = torch.bmm(left, right).view(b, n, width)
+    right = torch.cat([-2 * ordered, ones.unsqueeze(-1), squares.unsqueeze(-1)], -1).view(b, leaves, size, d + 2)
+    # right[b, a] = the points of the leaves that leaf a searches, in that order: one gather of whole leaves
+    # (b, leaves, searched, size, d + 2), read transposed by bmm
+    right = right[torch.arange(b, device=device).view(b, 1, 1), searched_leaves].view(b * leaves, width, d + 2)
+    approx = torch.bmm(left, right.transpose(1, 2)).view(b, n, width)
     if not include_self:  # a point is its own leaf's (the first searched) point at its own place
         diagonal = torch.arange(size, device=device)
         approx.view(b, leaves, size, width)[:, :, diagonal, diagonal] = float("inf")
     # the k + 1 nearest candidates, unsorted (sorting them costs more than the two largest): the (k+1)-th is
     # the largest of them, the k-th the second largest, and the k nearest are the rest
     values, slots = approx.topk(k + 1, dim=-1, largest=False, sorted=False)
-    last_two = values.topk(2, dim=-1, largest=True, sorted=True)
-    kth = last_two.values[..., 1]
+    # the two largest of them by two max reductions (cheaper than topk(2) on these short rows)
+    farthest, last = values.max(dim=-1, keepdim=True)  # the (k+1)-th and its place
+    kth = values.scatter(-1, last, float("-inf")).amax(-1)
     bound = kth + 4 * delta  # (B, N): no point of a leaf not searched may come closer than this
-    separated = last_two.values[..., 0] - kth > 4 * delta
+    separated = farthest.squeeze(-1) - kth > 4 * delta
     # drop the (k+1)-th: the last slot takes its place (a no-op when it is the last)
-    slots = slots.scatter(-1, last_two.indices[..., :1], slots[..., k:])[..., :k]
+    slots = slots.scatter(-1, last, slots[..., k:])[..., :k]
 
     # squared distance of each leaf's box to the nearest box its leaf does not search: a lower bound on
     # each of its points' distances to those boxes (B, leaves), then the points' own where it does not pass
@@ -245,17 +249,17 @@ def _knn_pruned(
         covered[ub, ui] = to_box.amin(-1) > bound[ub, ui]
 
     # the chosen candidates' k-d positions: candidate slot s of a point of leaf a is point s % size of the
-    # (s // size)-th leaf that a searches, read from one (B, leaves, width) table
+    # (s // size)-th leaf that a searches, read from one (B, leaves, width) table (a gather per leaf)
     positions = (searched_leaves.unsqueeze(-1) * size + torch.arange(size, device=device)).view(b, leaves, width)
-    batch = torch.arange(b, device=device).view(b, 1, 1)
-    leaf_of = (torch.arange(n, device=device) // size).view(1, n, 1)
-    chosen = positions[batch, leaf_of, slots]  # (B, N, k)
-    if sort_rows:
-        dist = torch.linalg.vector_norm(ordered.unsqueeze(2) - ordered[batch, chosen], dim=-1)
-        result = _distance_keys(dist, perm[batch, chosen]).sort(dim=-1).values & 0xFFFFFFFF
-    else:
-        result = perm[batch, chosen]
+    chosen = positions.gather(2, slots.reshape(b, leaves, size * k)).view(b, n, k)
+    labels = perm.gather(1, chosen.view(b, n * k)).view(b, n, k)  # the chosen points' indices
     row_leaves = searched_leaves.repeat_interleave(size, dim=1)  # (B, N, S)
+    if sort_rows:
+        batch = torch.arange(b, device=device).view(b, 1, 1)
+        dist = torch.linalg.vector_norm(ordered.unsqueeze(2) - ordered[batch, chosen], dim=-1)
+        result = _distance_keys(dist, labels).sort(dim=-1).values & 0xFFFFFFFF
+    else:
+        result = labels
 
     redo = (covered & ~separated).nonzero()
     if redo.numel():
