@@ -15,6 +15,11 @@ points, as in Table 5):
   reference path (the ``(B, 3, 3, P, k)`` edge tensor materialised; ``VNPointCloudCanonicalizer.collapse_linear``
   off), which is what its pooled path saves.
 
+``--components`` also times, in the same interleaved repeats, the parts of each canonicalized variant: its
+canonicalizer alone (``canonicalize``: frame and canonical cloud) and, for the kNN edge input, its kNN graph
+alone (the ``knn`` call the canonicalizer makes); the record's ``components`` gives their median CPU seconds
+and their share of the vanilla network's pass, which says where a CN/vanilla ratio above 1 comes from.
+
 ``--backbones PointNet`` times the PointNet rows only (DGCNN's own kNN graphs make its rows the slow ones at
 1,024 points); ``--variants vanilla cn_linear`` times those variants only (the vanilla network always: every
 ratio is to it).
@@ -50,6 +55,7 @@ from torch import nn
 
 from canonical_network.canonicalization.base import CanonicalizedModel
 from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
+from canonical_network.nn.knn import EXACT, knn
 from canonical_network.prediction.dgcnn import DGCNN
 from canonical_network.prediction.pointnet import PointNet
 from canonical_network.prediction.vn_dgcnn import VNDGCNN
@@ -156,6 +162,35 @@ def time_model(model: nn.Module, batches: list[torch.Tensor], device: torch.devi
     return time.perf_counter() - start, time.process_time() - cpu_start
 
 
+def time_call(call, batches: list[torch.Tensor], device: torch.device) -> tuple[float, float]:
+    """:func:`time_model` for any callable of one batch (a canonicalizer's part)."""
+    _sync(device)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    with torch.inference_mode():
+        for batch in batches:
+            call(batch.to(device, non_blocking=True))
+    _sync(device)
+    return time.perf_counter() - start, time.process_time() - cpu_start
+
+
+def component_calls(models: dict[str, dict[str, nn.Module]]) -> dict[str, object]:
+    """``{"<backbone>/<variant>/canonicalizer": call, "<backbone>/<variant>/knn": call}`` for every canonicalized
+    variant (``knn`` for the edge input only: the canonicalizer's own kNN call on the centred cloud)."""
+    calls: dict[str, object] = {}
+    for backbone, variants in models.items():
+        for variant, model in variants.items():
+            canonicalizer = getattr(model, "canonicalizer", None)
+            if not isinstance(canonicalizer, VNPointCloudCanonicalizer):
+                continue
+            calls[f"{backbone}/{variant}/canonicalizer"] = canonicalizer.canonicalize
+            if canonicalizer.input == "edges":
+                def graph(points: torch.Tensor, k: int = canonicalizer.k) -> torch.Tensor:  # type: ignore[assignment]
+                    centred = (points - points.mean(dim=1, keepdim=True)).transpose(1, 2).unsqueeze(1)
+                    return knn(centred, min(k, points.shape[1]), compute_mode=EXACT, ordered=False)
+                calls[f"{backbone}/{variant}/knn"] = graph
+    return calls
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -172,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the backbones to time (default: both)")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                         help="the variants to time (default: all; vanilla is always timed)")
+    parser.add_argument("--components", action="store_true",
+                        help="also time each canonicalizer alone and its kNN graph alone (same repeats)")
     parser.add_argument("--output", "--json", dest="output", type=Path,
                         default=Path("outputs/benchmarks/pointcloud_inference.json"), help="the JSON record")
     args = parser.parse_args(argv)
@@ -207,8 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     for backbone, variant in names:  # warm-up: allocator, kernels, oneDNN primitives
         time_model(models[backbone][variant], batches[:1], device)
 
+    calls = component_calls(models) if args.components else {}
+    for call in calls.values():
+        time_call(call, batches[:1], device)
     seconds: dict[str, dict[str, list[float]]] = {b: {v: [] for v in variants} for b in models}
     cpu_seconds: dict[str, dict[str, list[float]]] = {b: {v: [] for v in variants} for b in models}
+    component_cpu: dict[str, list[float]] = {key: [] for key in calls}
     for repeat in range(args.repeats):
         for backbone, variant in names:
             elapsed, cpu = time_model(models[backbone][variant], batches, device)
@@ -219,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"  (CPU {cpu:8.2f} s)",
                 flush=True,
             )
+        for key, call in calls.items():
+            component_cpu[key].append(time_call(call, batches, device)[1])
 
     median = {b: {v: statistics.median(t) for v, t in per.items()} for b, per in seconds.items()}
     median_cpu = {b: {v: statistics.median(t) for v, t in per.items()} for b, per in cpu_seconds.items()}
@@ -273,6 +316,22 @@ def main(argv: list[str] | None = None) -> int:
     print("\nCPU-time ratios to the vanilla network (median CPU seconds of each model, same run)")
     for b, r in cpu_ratios.items():
         print(f"{b:10s} " + "  ".join(f"{v} {value:.3f}" for v, value in r.items()))
+    # per repeat, each model's CPU time over the vanilla network's in the same repeat, then the median: a
+    # drift of the machine between repeats cancels
+    paired_cpu_ratios = {
+        b: {v: statistics.median(c / base for c, base in zip(per[v], per["vanilla"], strict=True)) for v in per}
+        for b, per in cpu_seconds.items()
+    }
+    print("paired (median over repeats of the same repeat's ratio): " + "; ".join(
+        f"{b} " + "  ".join(f"{v} {value:.3f}" for v, value in r.items()) for b, r in paired_cpu_ratios.items()))
+    components = {}
+    for key, times in component_cpu.items():
+        backbone = key.split("/")[0]
+        median_time = statistics.median(times)
+        share = statistics.median(
+            c / base for c, base in zip(times, cpu_seconds[backbone]["vanilla"], strict=True))
+        components[key] = {"cpu_seconds": times, "median_cpu_seconds": median_time, "share_of_vanilla": share}
+        print(f"  {key:38s} CPU {median_time:7.2f} s  = {share:.3f} of the vanilla network's pass (paired)")
 
     parameters = {
         b: {v: sum(p.numel() for p in m.parameters()) for v, m in variants.items()} for b, variants in models.items()
@@ -325,12 +384,14 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_seconds": cpu_seconds,
         "median_cpu_seconds": median_cpu,
         "cpu_ratios": cpu_ratios,
+        "paired_cpu_ratios": paired_cpu_ratios,
         "ratios": ratios,
         "paper_seconds": {b: PAPER_SECONDS[b] for b in models},
         "paper_ratios": paper_ratios,
         "targets": TARGETS,
         "targets_met": met,
         "parameters": parameters,
+        **({"components": components} if components else {}),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(record, indent=2) + "\n")

@@ -180,13 +180,21 @@ def test_pointcloud_benchmark_json_has_what_the_report_reads(tmp_path):
     out = tmp_path / "pointcloud_inference.json"
     proc = subprocess.run([sys.executable, str(SCRIPTS / "benchmark_pointcloud_inference.py"), "--num-clouds", "2",
                            "--points", "32", "--batch-size", "2", "--repeats", "1", "--threads", "1",
-                           "--device", "cpu", "--json", str(out)],
+                           "--device", "cpu", "--components", "--json", str(out)],
                           capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = _assert_record(out)
     assert [row["key"] for row in record["rows"]][:4] == ["PointNet/vanilla", "PointNet/vn", "PointNet/cn",
                                                           "PointNet/cn_pointwise"]
     assert record["rows"][3]["paper_key"] is None and record["benchmark"] == "pointcloud_inference"
+    # --components: every canonicalized variant's canonicalizer alone, and the kNN graph of the edge inputs
+    # (the pointwise input has none), each as a share of the vanilla pass of the same repeat
+    parts = record["components"]
+    assert "PointNet/cn_linear/knn" in parts and "PointNet/cn_pointwise/canonicalizer" in parts
+    assert "PointNet/cn_pointwise/knn" not in parts and "DGCNN/cn/knn" in parts
+    for part in parts.values():
+        assert len(part["cpu_seconds"]) == 1 and part["share_of_vanilla"] > 0
+    assert record["paired_cpu_ratios"]["PointNet"]["vanilla"] == 1.0
 
 
 def test_image_rows_pair_each_gcnn_with_the_cn_of_its_order():
