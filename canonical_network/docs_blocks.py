@@ -270,6 +270,22 @@ def pointcloud_overhead(path: Path = POINTCLOUD_OVERHEAD) -> list[str]:
         if cpu:
             line += f" {row['cpu_time']:,.1f} {record['unit']} | {row['cpu_ratio']:.3f}× |"
         lines.append(line)
+    paired = record.get("paired_cpu_ratios", {})
+    if paired:  # records made with the paired ratios: per repeat, then the median
+        lines += ["", "CPU-time ratio paired within each repeat (the model's CPU time over the vanilla network's in "
+                  "the same repeat, median over repeats): " + "; ".join(
+                      f"{row['model']} {paired[row['key'].split('/')[0]][row['key'].split('/')[1]]:.3f}×"
+                      for row in record["rows"] if row["key"] != row["baseline"]) + "."]
+    components = record.get("components", {})
+    if components:  # --components: where a canonicalized model's extra time goes
+        lines += ["", "| part, timed alone in the same repeats | median CPU time | share of the vanilla pass, paired |",
+                  "|---|---:|---:|"]
+        for key, part in components.items():
+            backbone, variant, what = key.split("/")
+            model = next(row["model"] for row in record["rows"] if row["key"] == f"{backbone}/{variant}")
+            label = "its canonicalizer (frame and canonical cloud)" if what == "canonicalizer" else "its kNN graph"
+            lines.append(f"| {model}: {label} | {part['median_cpu_seconds']:,.2f} {record['unit']} "
+                         f"| {part['share_of_vanilla']:.3f} |")
     lines += [
         "",
         f"Made {record['created'][:10]} by `{record['command']}` on {env['machine']}, {settings['threads']} torch "

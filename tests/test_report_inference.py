@@ -195,6 +195,10 @@ def test_pointcloud_benchmark_json_has_what_the_report_reads(tmp_path):
     for part in parts.values():
         assert len(part["cpu_seconds"]) == 1 and part["share_of_vanilla"] > 0
     assert record["paired_cpu_ratios"]["PointNet"]["vanilla"] == 1.0
+    from canonical_network.docs_blocks import pointcloud_overhead  # the docs block renders the parts
+    text = "\n".join(pointcloud_overhead(out))
+    assert "PointNet, CN(L), kNN edge input (the paper's): its kNN graph |" in text
+    assert "CPU-time ratio paired within each repeat" in text
 
 
 def test_image_rows_pair_each_gcnn_with_the_cn_of_its_order():
