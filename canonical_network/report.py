@@ -719,6 +719,10 @@ def check_claims(tables: dict, cells_by_table: dict, claims: list[Claim] | None 
                 test = f"TOST, {test}"
             else:
                 shown_verdict = verdict(claim, diff, half, spec.get("lower_is_better", True))
+                if claim.b_scale < 1.0 and not any(b.values):
+                    # "a cuts b by 1/b_scale" where b is 0 in every run: there was nothing to cut, and 0 < 0
+                    # cannot hold; say so instead of reading it as an unresolved interval
+                    shown_verdict = f"not resolved: {_side_name(spec, claim.b)} is 0 in every run, nothing to cut"
             shown_p = "–" if p is None else f"{p:.2g} ({test})"
             experiments = tuple(dict.fromkeys(str(r.get("experiment")) for c in (a, b) for r in c.runs))
             sides = tuple((_side_name(spec, key), tuple(cell.runs)) for key, cell in ((claim.a, a), (claim.b, b)))

@@ -646,3 +646,27 @@ def test_the_symmetrization_section_puts_metric_continuity_and_cost_side_by_side
     assert weighted[-1] == "2.39× |"
     # no symmetrization runs: no section
     assert render_symmetrization([r for r in runs if r["config.canonicalization.symmetrization"] == "x"], tmp_path) == []
+
+
+def test_a_reduction_claim_where_the_reduced_side_is_always_zero_says_so(tmp_path):
+    """"Weighted frames cut the jump rate >= 10x" on N-body, where canonical already has no jumps (0 in every
+    run) and the weighted frame none either: 0 < 0.1 x 0 cannot hold, and there was nothing to cut. The verdict
+    says that instead of an unresolved interval; one jump in the canonical runs makes it an ordinary check."""
+    nbody = "canonical_network.data.nbody.NBodyDataModule"
+
+    def runs_with(canonical_jumps: list[float], root):
+        for mode, jumps in (("canonical", canonical_jumps), ("weighted_frame", [0.0, 0.0, 0.0])):
+            for seed, rate in enumerate(jumps):
+                write_run(root, f"{mode}{seed}", "nbody/cn_gnn", seed,
+                          {"test/mse": 0.007, "diagnose/jitter/jump_rate": rate}, data=nbody, max_epochs=200,
+                          overrides=[f"canonicalization.symmetrization={mode}", "canonicalization.frame_size=2",
+                                     "trainer.max_epochs=200"],
+                          extra_config={"canonicalization": {"symmetrization": mode, "frame_size": 2}})
+        return report.build_report([root], root.parent / f"out_{root.name}").read_text()
+
+    claim = "Weighted frames cut the jump rate >= 10x on N-body"
+    text = runs_with([0.0, 0.0, 0.0], tmp_path / "zero")
+    assert claim_row(text, claim).endswith(
+        "| **not resolved: canonical (one element) is 0 in every run, nothing to cut** |")
+    text = runs_with([0.02, 0.03, 0.025], tmp_path / "some")
+    assert "nothing to cut" not in claim_row(text, claim) and verdict_of(text, claim) == "holds"
