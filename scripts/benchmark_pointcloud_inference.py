@@ -147,9 +147,10 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_model(model: nn.Module, batches: list[torch.Tensor], device: torch.device) -> tuple[float, float]:
+def time_model(model, batches: list[torch.Tensor], device: torch.device) -> tuple[float, float]:
     """Wall and CPU seconds (``time.process_time``: this process's CPU time, all its threads) for one pass
     over all ``batches`` (each moved to ``device`` inside the timed region, as a data loader's would be).
+    ``model``: a network, or any callable of one batch (a canonicalizer's part, ``--components``).
 
     On a shared machine the CPU time is the sharper measure of a model's cost on the CPU: time spent waiting
     for a core does not count (cache and memory-bandwidth contention still do)."""
@@ -158,17 +159,6 @@ def time_model(model: nn.Module, batches: list[torch.Tensor], device: torch.devi
     with torch.inference_mode():
         for batch in batches:
             model(batch.to(device, non_blocking=True))
-    _sync(device)
-    return time.perf_counter() - start, time.process_time() - cpu_start
-
-
-def time_call(call, batches: list[torch.Tensor], device: torch.device) -> tuple[float, float]:
-    """:func:`time_model` for any callable of one batch (a canonicalizer's part)."""
-    _sync(device)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    with torch.inference_mode():
-        for batch in batches:
-            call(batch.to(device, non_blocking=True))
     _sync(device)
     return time.perf_counter() - start, time.process_time() - cpu_start
 
@@ -184,9 +174,12 @@ def component_calls(models: dict[str, dict[str, nn.Module]]) -> dict[str, object
                 continue
             calls[f"{backbone}/{variant}/canonicalizer"] = canonicalizer.canonicalize
             if canonicalizer.input == "edges":
-                def graph(points: torch.Tensor, k: int = canonicalizer.k) -> torch.Tensor:  # type: ignore[assignment]
+                # the pooled CN(L) path sums over each neighbour set (unordered); graph_feature sorts its rows
+                ordered = not (canonicalizer.collapse_linear and canonicalizer.pools_linearly)
+
+                def graph(points: torch.Tensor, k: int = canonicalizer.k, ordered: bool = ordered) -> torch.Tensor:
                     centred = (points - points.mean(dim=1, keepdim=True)).transpose(1, 2).unsqueeze(1)
-                    return knn(centred, min(k, points.shape[1]), compute_mode=EXACT, ordered=False)
+                    return knn(centred, min(k, points.shape[1]), compute_mode=EXACT, ordered=ordered)
                 calls[f"{backbone}/{variant}/knn"] = graph
     return calls
 
@@ -246,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
 
     calls = component_calls(models) if args.components else {}
     for call in calls.values():
-        time_call(call, batches[:1], device)
+        time_model(call, batches[:1], device)
     seconds: dict[str, dict[str, list[float]]] = {b: {v: [] for v in variants} for b in models}
     cpu_seconds: dict[str, dict[str, list[float]]] = {b: {v: [] for v in variants} for b in models}
     component_cpu: dict[str, list[float]] = {key: [] for key in calls}
@@ -261,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         for key, call in calls.items():
-            component_cpu[key].append(time_call(call, batches, device)[1])
+            component_cpu[key].append(time_model(call, batches, device)[1])
 
     median = {b: {v: statistics.median(t) for v, t in per.items()} for b, per in seconds.items()}
     median_cpu = {b: {v: statistics.median(t) for v, t in per.items()} for b, per in cpu_seconds.items()}
