@@ -36,7 +36,7 @@ from canonical_network.diagnostics.figures import canonical_pairs, pose_histogra
 from canonical_network.diagnostics.measures import diagnose
 from canonical_network.diagnostics.summary import failed, flat_metrics, summary_table
 from canonical_network.diagnostics.symmetries import GROUP_CHOICES, symmetry_for
-from canonical_network.records import path_for_record
+from canonical_network.records import DIAGNOSIS_FORMAT, path_for_record
 from canonical_network.utils import checkpoints
 from canonical_network.utils.checks import ConfigError, check_choice, check_int, check_number
 from canonical_network.utils.config import CONFIG_DIR
@@ -158,6 +158,7 @@ def run(cfg: DictConfig) -> dict:
             if diagnosis.results["pose"] is not None:
                 figures.append(pose_histogram(diagnosis.results["pose"], output_dir / "figures" / "pose.png"))
     results = {
+        "format": DIAGNOSIS_FORMAT,
         "experiment": cfg.get("experiment_name"),
         "checkpoint": path_for_record(cfg.ckpt_path) if cfg.get("ckpt_path") else None,
         "family": symmetry.family,

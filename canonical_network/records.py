@@ -249,24 +249,48 @@ def load_runs(folder: Path, include_evaluated: bool = False) -> list[dict[str, A
     return runs
 
 
-#: where ``scripts/diagnose_runs.py`` writes a run's diagnosis, relative to its folder
-DIAGNOSIS_FILE = "diagnose/diagnostics.json"
+#: where ``scripts/diagnose_runs.py`` writes a run's (first) diagnosis, relative to its folder
+DIAGNOSIS_DIR = "diagnose"
+DIAGNOSIS_FILE = f"{DIAGNOSIS_DIR}/diagnostics.json"
+#: the version of the figures a diagnosis holds (``format`` in ``diagnostics.json``; absent: 1). 2: the jump rate
+#: split by whether the chosen element changed (``jump_with_element_change_rate``, ``jump_without_…``).
+#: ``scripts/diagnose_runs.py --upgrade`` diagnoses again the runs whose newest diagnosis is older.
+DIAGNOSIS_FORMAT = 2
+#: the continuity figures of a diagnosis read as a run's metrics (``diagnose/<perturbation>/<figure>``)
+DIAGNOSED_FIGURES = ("jump_rate", "element_change_rate", "jump_with_element_change_rate",
+                     "jump_without_element_change_rate", "mean_rel", "max_rel")
+
+
+def diagnosis_dir(number: int) -> str:
+    """The folder of a run's ``number``-th diagnosis: ``diagnose``, then ``diagnose-2``, ``diagnose-3`` … (a
+    later diagnosis goes into a folder of its own; the earlier ones are kept, as the run folder is a record)."""
+    return DIAGNOSIS_DIR if number == 1 else f"{DIAGNOSIS_DIR}-{number}"
+
+
+def diagnosis_files(run_dir: Path | str) -> list[Path]:
+    """The run's diagnoses (``diagnostics.json`` of :func:`diagnosis_dir` 1, 2, …), oldest first."""
+    found, number = [], 1
+    while (Path(run_dir) / diagnosis_dir(number) / "diagnostics.json").is_file():
+        found.append(Path(run_dir) / diagnosis_dir(number) / "diagnostics.json")
+        number += 1
+    return found
 
 
 def diagnosed_metrics(run_dir: Path | str) -> dict[str, float]:
-    """The continuity figures of a run's own diagnosis (:data:`DIAGNOSIS_FILE`, ``scripts/diagnose_runs.py``) as
-    metrics ``diagnose/<perturbation>/<figure>`` (perturbation ``rotation``: a small rotation outside the
-    discrete group, ``jitter``: noise on the points or pixels; figure ``jump_rate``, ``element_change_rate``,
-    ``mean_rel``, ``max_rel``), and ``diagnose/equivariance_max_rel``; empty when the run has none or it is
+    """The continuity figures of a run's own newest diagnosis (:func:`diagnosis_files`, written by
+    ``scripts/diagnose_runs.py``) as metrics ``diagnose/<perturbation>/<figure>`` (perturbation ``rotation``: a
+    small rotation outside the discrete group, ``jitter``: noise on the points or pixels; figures
+    :data:`DIAGNOSED_FIGURES`), and ``diagnose/equivariance_max_rel``; empty when the run has none or it is
     unreadable (a warning)."""
-    path = Path(run_dir) / DIAGNOSIS_FILE
-    if not path.is_file():
+    files = diagnosis_files(run_dir)
+    if not files:
         return {}
+    path = files[-1]
     try:
         diagnosis = json.loads(path.read_text())
         metrics: dict[str, float] = {}
         for name, figures in ((diagnosis.get("continuity") or {}).get("by_perturbation") or {}).items():
-            for figure in ("jump_rate", "element_change_rate", "mean_rel", "max_rel"):
+            for figure in DIAGNOSED_FIGURES:
                 value = figures.get(figure)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     metrics[f"diagnose/{name}/{figure}"] = float(value)

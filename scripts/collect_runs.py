@@ -1,5 +1,6 @@
 """Copy the small raw record of finished runs (``results.json``, ``csv/metrics.csv`` and, where
-``scripts/diagnose_runs.py`` made one, ``diagnose/diagnostics.json``) into a folder to commit.
+``scripts/diagnose_runs.py`` made them, its diagnoses ``diagnose/diagnostics.json``, ``diagnose-2/…``) into a
+folder to commit.
 
     python scripts/collect_runs.py outputs/reproduction docs/reproduction/runs
 
@@ -19,9 +20,16 @@ import argparse
 import shutil
 from pathlib import Path
 
-from canonical_network.records import DIAGNOSIS_FILE, FINAL_STATUSES, RESULTS_FILE, find_results, read_results
+from canonical_network.records import (
+    FINAL_STATUSES,
+    RESULTS_FILE,
+    diagnosis_files,
+    find_results,
+    read_results,
+)
 
-KEPT = (RESULTS_FILE, "csv/metrics.csv", DIAGNOSIS_FILE)
+#: what is copied of a run besides its diagnoses (every ``diagnose*/diagnostics.json``: records.diagnosis_files)
+KEPT = (RESULTS_FILE, "csv/metrics.csv")
 #: the folder prefix the point-cloud budget's runs had before issue 34 (``pts<points>_`` since)
 LEGACY_PREFIX = "cpu_"
 
@@ -44,7 +52,7 @@ def collect(source: Path, dest: Path) -> list[Path]:
             continue
         run = results.parent
         target = dest / renamed(run.relative_to(source), record)
-        for name in KEPT:
+        for name in (*KEPT, *(str(p.relative_to(run)) for p in diagnosis_files(run))):
             if (run / name).is_file():
                 (target / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(run / name, target / name)

@@ -188,8 +188,9 @@ case "${1:-}" in
         fi
       done
       # the continuity figures of the report's symmetrization tables: each finished run's tested checkpoint
-      # diagnosed in place (<run>/diagnose/diagnostics.json, kept by the report stage's collect)
-      "$PY" scripts/diagnose_runs.py "$OUT" --match "*/*/*sym_*/seed*" --num-samples "${SYM_DIAG_SAMPLES:-128}" \
+      # diagnosed in place (<run>/diagnose/diagnostics.json, kept by the report stage's collect); a run whose
+      # diagnosis predates the current figures (the jump split) diagnosed again into <run>/diagnose-2/
+      "$PY" scripts/diagnose_runs.py "$OUT" --match "*/*/*sym_*/seed*" --num-samples "${SYM_DIAG_SAMPLES:-128}" --upgrade \
         || FAILED_CALLS=$((FAILED_CALLS + 1))
     done
     done ;;

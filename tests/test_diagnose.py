@@ -29,6 +29,7 @@ from canonical_network.data.nbody import NBodyDataModule
 from canonical_network.diagnose import in_dtype, run, select_inputs
 from canonical_network.diagnostics.symmetries import ImageSymmetry, rotation_group_3d
 from canonical_network.groups.euclidean import EuclideanTransform, axis_angle_rotation, axis_rotation
+from canonical_network.records import DIAGNOSIS_FORMAT
 from canonical_network.utils.config import PROJECT_ROOT, compose_experiment
 from tests.helpers import (
     DEEP_TERMS,
@@ -215,7 +216,7 @@ SCHEMA = {
     "pose": {"kind", "group", "histogram", "entropy_bits", "max_entropy_bits", "ambiguity_rate"},
     "continuity": {"max_rel", "mean_rel", "jump", "jump_rate", "element_change_rate", "by_perturbation"},
 }
-TOP_LEVEL = {"experiment", "checkpoint", "code_version", "family", "model", "inputs", "numerics", "symmetry",
+TOP_LEVEL = {"format", "experiment", "checkpoint", "code_version", "family", "model", "inputs", "numerics", "symmetry",
              "fail_above", "failed", "figures", *SCHEMA}
 
 
@@ -236,6 +237,7 @@ def test_cli_exits_1_when_a_non_equivariant_canonicalizer_exceeds_fail_above(nbo
             assert key in results[section], f"{section}.{key}"
             assert inner is None or inner <= set(results[section][key]), f"{section}.{key}"
     assert results["failed"] is True and results["equivariance"]["exact"]["max_rel"] > 1e-4
+    assert results["format"] == DIAGNOSIS_FORMAT
     # h alone is caught too: its rotation misses Q R by O(1), its (centroid) translation is right
     assert results["canonicalizer"]["max_rel"] > FAIL
     assert results["canonicalizer"]["translation_max_rel"] < tolerance(3)

@@ -222,3 +222,43 @@ def test_continuity_compares_a_sampled_frame_at_common_random_numbers_and_report
     canonical = Noisy("canonical")
     naive = continuity(canonical, Jitter(), (x,), canonical(x), None, 0.1, torch.Generator().manual_seed(1))
     assert naive["by_perturbation"]["jitter"]["jump_rate"] > 0.5 and "redraw" not in naive["by_perturbation"]
+
+
+def test_continuity_splits_the_jumps_by_whether_the_chosen_element_changed():
+    """Four inputs of a toy C2 canonicalizer (element: the sign of x₀) under one shift by 1e-6: A jumps because
+    its element flips, B jumps under the same element (its output steps at x₁ = 0), C's element flips without
+    a jump, D moves nowhere. The split attributes A and B to the two parts, which sum to the jump rate."""
+    import types
+
+    from canonical_network.diagnostics.measures import continuity
+
+    def element(x):
+        return types.SimpleNamespace(index=x[:, 0] > 0)
+
+    class Toy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.canonicalizer = types.SimpleNamespace(symmetrization="canonical",
+                                                       group_element_index=lambda g: g.index)
+            self.network = types.SimpleNamespace(canonicalize=lambda x: (x, element(x)))
+
+        def forward(self, x):  # a step of 9 with the element (while x₁ < 6) and a step of 9 at x₁ = 0
+            chosen = element(x).index
+            return (1.0 + 9.0 * (chosen & (x[:, 1] < 6)) + 9.0 * (x[:, 1] > 0)).unsqueeze(-1).double()
+
+    class Shift:
+        jitter = 1e-6
+
+        def perturbations(self, inputs, generator):
+            return {"jitter": (None, (inputs[0] + 1e-6,))}
+
+    x = torch.tensor([[-1e-7, 5.0], [5.0, -1e-7], [-1e-7, 7.0], [5.0, 5.0]], dtype=torch.float64)  # A, B, C, D
+    model = Toy()
+    result = continuity(model, Shift(), (x,), model(x), element(x), 0.1, torch.Generator().manual_seed(0))
+    part = result["by_perturbation"]["jitter"]
+    assert part["jump_rate"] == 0.5 and part["element_change_rate"] == 0.5  # A, B jump; A, C change
+    assert part["jump_with_element_change_rate"] == 0.25  # A
+    assert part["jump_without_element_change_rate"] == 0.25  # B
+    for key in ("jump_rate", "element_change_rate", "jump_with_element_change_rate",
+                "jump_without_element_change_rate"):
+        assert result[key] == part[key]  # one perturbation: the pooled figures are its own

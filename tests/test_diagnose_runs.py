@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from canonical_network.records import DIAGNOSIS_FILE, diagnosed_metrics, load_runs, metric_info
 from canonical_network.utils.config import PROJECT_ROOT
@@ -76,3 +77,57 @@ def test_collect_keeps_the_diagnosis_with_the_record(tmp_path):
     kept = tmp_path / "dst" / "rotmnist" / "cn_p16" / "v" / "seed0"
     assert json.loads((kept / DIAGNOSIS_FILE).read_text()) == DIAGNOSIS
     assert diagnosed_metrics(kept)["diagnose/rotation/element_change_rate"] == 0.03125
+
+
+def _fake_diagnose(calls, figures):
+    """A stand-in for the diagnose subprocess: records the call, writes a current-format diagnosis into the
+    command's ``hydra.run.dir``."""
+
+    def call(command, **_):
+        from canonical_network.records import DIAGNOSIS_FORMAT
+
+        calls.append(command)
+        into = next(c.split("=", 1)[1] for c in command if c.startswith("hydra.run.dir="))
+        (Path(into)).mkdir(parents=True, exist_ok=True)
+        (Path(into) / "diagnostics.json").write_text(json.dumps({"format": DIAGNOSIS_FORMAT, **figures}))
+        return 0
+
+    return call
+
+
+def test_upgrade_diagnoses_an_older_format_again_into_a_folder_of_its_own(tmp_path, monkeypatch):
+    import diagnose_runs
+
+    from canonical_network.records import diagnosis_files
+
+    src = tmp_path / "src"
+    run = src / "rotmnist" / "cn_p16" / "sym_canonical_ep30" / "seed2"
+    _run(run)  # its diagnosis predates the format field: format 1
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "epoch_028.ckpt").write_bytes(b"")
+    first = (run / DIAGNOSIS_FILE).read_text()
+    newer = {"continuity": {"by_perturbation": {"rotation": {
+        "jump_rate": 0.05, "element_change_rate": 0.04, "jump_with_element_change_rate": 0.01,
+        "jump_without_element_change_rate": 0.04, "mean_rel": 0.02, "max_rel": 0.5}}}}
+    calls = []
+    monkeypatch.setattr(diagnose_runs.subprocess, "call", _fake_diagnose(calls, newer))
+    assert diagnose_runs.main([str(src), "--match", "*/*/*/seed*"]) == 0
+    assert calls == []  # diagnosed already: without --upgrade nothing runs
+    assert diagnose_runs.main([str(src), "--match", "*/*/*/seed*", "--upgrade"]) == 0
+    assert len(calls) == 1 and f"hydra.run.dir={run / 'diagnose-2'}" in calls[0]
+    assert (run / DIAGNOSIS_FILE).read_text() == first  # the earlier diagnosis is kept as it was
+    assert [p.parent.name for p in diagnosis_files(run)] == ["diagnose", "diagnose-2"]
+    assert diagnose_runs.main([str(src), "--match", "*/*/*/seed*", "--upgrade"]) == 0
+    assert len(calls) == 1  # the newest diagnosis is current: resumed, not repeated
+    # the report reads the newest diagnosis, with the jump rate split by element change
+    metrics = diagnosed_metrics(run)
+    assert metrics["diagnose/rotation/jump_rate"] == 0.05
+    assert metrics["diagnose/rotation/jump_without_element_change_rate"] == 0.04
+    assert "diagnose/jitter/jump_rate" not in metrics  # the older diagnosis's figures are not mixed in
+    # and collect keeps both
+    from collect_runs import collect
+
+    collect(src, tmp_path / "kept")
+    kept = tmp_path / "kept" / run.relative_to(src)
+    assert (kept / DIAGNOSIS_FILE).read_text() == first
+    assert diagnosed_metrics(kept) == metrics

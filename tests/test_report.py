@@ -648,6 +648,28 @@ def test_the_symmetrization_section_puts_metric_continuity_and_cost_side_by_side
     assert render_symmetrization([r for r in runs if r["config.canonicalization.symmetrization"] == "x"], tmp_path) == []
 
 
+def test_the_symmetrization_section_splits_the_jumps_where_the_diagnoses_have_the_split():
+    from canonical_network.report_symmetrization import render_symmetrization
+
+    def run(mode: str, seed: int, split: bool) -> dict:
+        metrics = {"test/error": 4.0 + seed, "diagnose/rotation/jump_rate": 0.05}
+        if split:  # a format-2 diagnosis: of the 5 % that jump, 4 % under an unchanged element
+            metrics["diagnose/rotation/jump_without_element_change_rate"] = 0.04
+        return {"experiment": "rotmnist/cn_p16", "status": "completed", "seed": seed, "metrics": metrics,
+                "overrides": [f"canonicalization.symmetrization={mode}", "canonicalization.frame_size=2",
+                              "trainer.max_epochs=30"],
+                "config.canonicalization.symmetrization": mode, "config.canonicalization.frame_size": 2,
+                "config.trainer.max_epochs": 30}
+
+    runs = [run("canonical", s, split=s > 0) for s in range(3)] + [run("weighted_frame", s, True) for s in range(2)]
+    table = [line for line in render_symmetrization(runs, None) if line.startswith("| ")]
+    header = table[0].split(" | ")
+    assert header[3:5] == ["jumps, ±1° rotation (%)", "of which, same element (%)"]
+    assert table[1].split(" | ")[3:5] == ["5.0 ± 0 (3)", "4.0 ± 0 (2)"]  # only the runs whose diagnosis splits
+    without = [run("canonical", s, split=False) for s in range(2)]
+    assert "of which" not in [line for line in render_symmetrization(without, None) if line.startswith("| ")][0]
+
+
 def test_a_reduction_claim_where_the_reduced_side_is_always_zero_says_so(tmp_path):
     """"Weighted frames cut the jump rate >= 10x" on N-body, where canonical already has no jumps (0 in every
     run) and the weighted frame none either: 0 < 0.1 x 0 cannot hold, and there was nothing to cut. The verdict

@@ -228,6 +228,12 @@ def continuity(model, symmetry: Symmetry, inputs: Inputs, output: torch.Tensor, 
     for finite groups; ``‖h(x′) − g·h(x)‖_F / ‖h(x)‖_F > jump`` for continuous ones; ``None`` for the
     identity). The top-level figures pool every perturbation (rates: inputs affected by any).
 
+    Where the element is known, the jump rate is split in two: ``jump_with_element_change_rate`` (the output
+    jumps and the chosen element changes: the canonicalization's own discontinuity, the part a weighted frame
+    can remove) and ``jump_without_element_change_rate`` (the output jumps under the same element: the
+    predictor's own sensitivity to the perturbation, which no choice of frame removes). They sum to
+    ``jump_rate``.
+
     A model with ``symmetrization=sampled`` draws its frame anew at every pass, so two passes differ even on
     the same input. Its perturbations are therefore compared at common random numbers (the global RNG seeded
     alike before ``φ(x)`` and each ``φ(x′)``: the continuity of one draw), and a part ``redraw`` gives the
@@ -260,7 +266,7 @@ def continuity(model, symmetry: Symmetry, inputs: Inputs, output: torch.Tensor, 
             else:
                 expected = element.matrix() if g is None else g.matrix @ element.matrix()
                 changed = relative(element_p.matrix(), expected, element.matrix()) > jump
-            part["element_change_rate"] = float(changed.float().mean())
+            part.update(_jumps_by_element_change(change > jump, changed))
             switched.append(changed)
         parts[name] = {"perturbation": label, **part}
         changes.append(change)
@@ -270,12 +276,19 @@ def continuity(model, symmetry: Symmetry, inputs: Inputs, output: torch.Tensor, 
         parts["redraw"] = {"perturbation": "a second draw of the sampled frame, the same input", **summary(change),
                            "jump_rate": float((change > jump).float().mean()), "element_change_rate": None}
     changes = torch.stack(changes)
-    return {
-        **summary(changes), "jump": jump,
-        "jump_rate": float(torch.stack(jumped).any(dim=0).float().mean()),
-        "element_change_rate": float(torch.stack(switched).any(dim=0).float().mean()) if switched else None,
-        "by_perturbation": parts,
-    }
+    any_jump = torch.stack(jumped).any(dim=0)
+    pooled = {"jump_rate": float(any_jump.float().mean()), "element_change_rate": None}
+    if switched:  # pooled: an input counts as switched when its element changes under any perturbation
+        pooled.update(_jumps_by_element_change(any_jump, torch.stack(switched).any(dim=0)))
+    return {**summary(changes), "jump": jump, **pooled, "by_perturbation": parts}
+
+
+def _jumps_by_element_change(jumped: torch.Tensor, changed: torch.Tensor) -> dict:
+    """``element_change_rate`` and the jump rate split by whether the chosen element changed (``(B,)`` bools)."""
+    changed = changed.to(jumped.device)
+    return {"element_change_rate": float(changed.float().mean()),
+            "jump_with_element_change_rate": float((jumped & changed).float().mean()),
+            "jump_without_element_change_rate": float((jumped & ~changed).float().mean())}
 
 
 #: the rounding allowance of a score, in units of ``eps · S`` (``S`` the read-out's absolute terms, below): a

@@ -56,7 +56,10 @@ def summary_table(results: dict) -> str:
                      ", ".join(notes)))
     for name, part in continuity["by_perturbation"].items():
         notes = f"{part['perturbation']}: jumps > {continuity['jump']:g} {_percent(part['jump_rate'])}"
-        if part["element_change_rate"] is not None:
+        if part.get("jump_with_element_change_rate") is not None:
+            notes += (f" ({_percent(part['jump_with_element_change_rate'])} with an element change), element "
+                      f"changes {_percent(part['element_change_rate'])}")
+        elif part["element_change_rate"] is not None:
             notes += f", element changes {_percent(part['element_change_rate'])}"
         rows.append((f"continuity.{name}", _fmt(part["max_rel"]), _fmt(part["mean_rel"]), notes))
     if pose is None:
