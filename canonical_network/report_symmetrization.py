@@ -123,6 +123,7 @@ def render_symmetrization(runs: list[dict], benchmarks: Path | None) -> list[str
                     "–" if mode == "canonical" else _difference_text(cell.values, base, digits, lower),
                     *figures, "–" if ratio is None else f"{ratio:.2f}×"]) + " |")
             blocks.append("")
+    blocks += render_frame_size_sweep(benchmarks)
     if not blocks:
         return []
     return ["## Symmetrization side by side", "",
@@ -137,3 +138,90 @@ def render_symmetrization(runs: list[dict], benchmarks: Path | None) -> list[str
             "come with a change of element, the discontinuity a weighted frame is built to remove (shown where "
             "the runs' diagnoses have the split: `scripts/diagnose_runs.py --upgrade`). "
             "Command: `scripts/reproduce.sh symmetrization`.", "", *blocks]
+
+
+#: the record of ``scripts/frame_size_sweep.py`` in the report's benchmarks folder
+SWEEP_FILE = "frame_size_sweep.json"
+#: (figure of the diagnosis's ±1° rotation part, column title, scale)
+SWEEP_FIGURES = (("jump_rate", "jumps, ±1° rotation (%)", 100.0),
+                 ("jump_with_element_change_rate", "with an element change (%)", 100.0),
+                 ("jump_without_element_change_rate", "same element (%)", 100.0),
+                 ("mean_rel", "output change, ±1° rotation", 1.0))
+
+
+def _setting_label(setting: dict, trained: dict | None) -> str:
+    mode, size = setting["mode"], setting.get("frame_size")
+    label = {"canonical": "canonical (one element)", "full": f"full group ({setting['passes']} elements)"}.get(
+        mode, f"weighted frame, k = {size}")
+    return label + (" *(as trained)*" if _is_trained(setting, trained) else "")
+
+
+def _is_trained(setting: dict, trained: dict | None) -> bool:
+    if not trained or setting["mode"] != trained.get("symmetrization"):
+        return False
+    return setting["mode"] != "weighted_frame" or setting.get("frame_size") == trained.get("frame_size")
+
+
+def render_frame_size_sweep(benchmarks: Path | None, metric: str = "test/error") -> list[str]:
+    """The test-time frame-size sweep (``scripts/frame_size_sweep.py``): per swept row and setting, the test
+    metric over seeds with its paired difference to the setting the runs were trained with, and the ±1° rotation
+    figures of each setting's diagnosis; empty without the record."""
+    from canonical_network.report import mean_ci, paired_interval
+
+    path = None if benchmarks is None else Path(benchmarks) / SWEEP_FILE
+    if path is None or not path.is_file():
+        return []
+    record = json.loads(path.read_text())
+    blocks: list[str] = []
+    for row, entry in sorted((record.get("rows") or {}).items()):
+        trained = entry.get("trained")
+        settings = sorted(entry["settings"].values(), key=lambda s: (s["passes"], s["mode"] == "full"))
+        base = next((s for s in settings if _is_trained(s, trained)), None)
+        if not settings:
+            continue
+        trained_text = "unknown" if not trained else (
+            f"`symmetrization={trained.get('symmetrization')}`, `frame_size={trained.get('frame_size')}`, "
+            f"`frame_weights={trained.get('frame_weights')}`")
+        blocks += [f"### {entry.get('experiment') or row}: frame size at test time", "",
+                   f"The runs of `{row}` (trained with {trained_text}), each seed's tested checkpoint evaluated on "
+                   f"the test split and diagnosed ({_samples(settings)} test inputs, ±1° rotations) with each "
+                   "setting at test time only: no retraining, no weights added. Mean ± 95 % Student-t half-width "
+                   "over seeds (n in brackets); *vs as trained*: paired per seed. Made "
+                   f"{record.get('date', '?')} on {record.get('machine', '?')} by `{record.get('command', '?')}`.",
+                   ""]
+        header = ["setting", "predictor passes", f"{metric} (n)", "vs as trained (paired)",
+                  *[title for _, title, _ in SWEEP_FIGURES]]
+        blocks += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for setting in settings:
+            seeds = setting["seeds"]
+            values = [v["test"][metric] for v in seeds.values() if metric in v.get("test", {})]
+            if base is None or setting is base:
+                versus = "–"
+            else:
+                pairs = [(seeds[k]["test"][metric], base["seeds"][k]["test"][metric]) for k in sorted(seeds)
+                         if k in base["seeds"] and metric in seeds[k].get("test", {})
+                         and metric in base["seeds"][k].get("test", {})]
+                if len(pairs) < 2:
+                    versus = "– (n < 2)"
+                else:
+                    diff, half, _ = paired_interval([a for a, _ in pairs], [b for _, b in pairs])
+                    word = "not resolved" if abs(diff) <= half else ("lower" if diff < 0 else "higher")
+                    versus = f"{diff:+.2f} ± {half:.2f} ({word})"
+            figures = []
+            for key, _, scale in SWEEP_FIGURES:
+                got = [v["rotation"][key] * scale for v in seeds.values() if key in (v.get("rotation") or {})]
+                figures.append(_mean_text(got, 1 if scale == 100.0 else 4))
+            if values:
+                mean, half = mean_ci(values)
+                shown = f"{mean:.2f}" + ("" if half is None else f" ± {half:.2f}") + f" ({len(values)})"
+            else:
+                shown = "–"
+            blocks.append("| " + " | ".join([_setting_label(setting, trained), str(setting["passes"]), shown,
+                                             versus, *figures]) + " |")
+        blocks.append("")
+    return blocks
+
+
+def _samples(settings: list[dict]) -> str:
+    counts = {v.get("num_samples") for s in settings for v in s["seeds"].values() if v.get("num_samples")}
+    return "/".join(str(c) for c in sorted(counts)) or "?"

@@ -15,6 +15,7 @@
 #   scripts/reproduce.sh permutations-nbody, permutations-pc   # its two halves, for two lanes side by side
 #   scripts/reproduce.sh symmetrization  # canonical vs weighted frame vs sampled vs full frame, 3 families, seeds 0-2
 #   scripts/reproduce.sh symmetrization-nbody, symmetrization-pc, symmetrization-rotmnist   # its three families
+#   scripts/reproduce.sh symmetrization-frame-size  # the Rotated MNIST weighted-frame checkpoints at test-time k = 1-4, full
 #   scripts/reproduce.sh nbody-gap       # what separates our CN-GNN from the authors' code at 1,000 epochs
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
 #   scripts/reproduce.sh pointclouds-cpu # every row of Table 4 at a CPU budget: 256 points, 1,000 clouds, 5 epochs
@@ -194,6 +195,13 @@ case "${1:-}" in
         || FAILED_CALLS=$((FAILED_CALLS + 1))
     done
     done ;;
+  symmetrization-frame-size)  # issue 38: each finished Rotated MNIST weighted-frame run (k = 2) evaluated and
+                              # diagnosed at test time with k = 1 (canonical), 2, 3, 4 and the full group: what the
+                              # frame's size does to the jump rate and the error, without retraining. Its folders go
+                              # to outputs/frame_size_sweep (the run folders are not written to), its record to
+                              # docs/reproduction/benchmarks/frame_size_sweep.json for the report
+    OMP_NUM_THREADS="${THREADS:-1}" MKL_NUM_THREADS="${THREADS:-1}" "$PY" scripts/frame_size_sweep.py "$OUT" \
+      --sizes 1 2 3 4 --full --num-samples "${SYM_DIAG_SAMPLES:-128}" || FAILED_CALLS=$((FAILED_CALLS + 1)) ;;
   nbody-ablations)
     run dropout0 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.dropout=0.0
     run dropout0.2 "0 1" nbody/cn_gnn -- trainer.max_epochs=1000 canonicalization.dropout=0.2
