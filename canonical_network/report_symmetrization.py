@@ -133,10 +133,13 @@ def render_symmetrization(runs: list[dict], benchmarks: Path | None) -> list[str
             "canonicalizer's distribution (`sampled`, after Kim et al. 2023) or the whole finite group (`full`, "
             "frame averaging). The hypothesis under test (the claims above): weighted frames cut the jump rate by "
             "≥ 10× at no loss of accuracy. *Of which, same element*: the share of inputs whose output jumps while "
-            "the chosen element (for a frame, its member of largest weight) stays the same — jumps of the "
-            "predictor itself under the perturbation, which no choice of frame removes; the rest of the jumps "
-            "come with a change of element, the discontinuity a weighted frame is built to remove (shown where "
-            "the runs' diagnoses have the split: `scripts/diagnose_runs.py --upgrade`). "
+            "the chosen element (for a frame, its member of largest weight) stays the same; the rest of the jumps "
+            "come with a change of element. For `canonical` the first are the predictor's own jumps under the "
+            "perturbation, which no frame removes, and the rest the canonicalization's discontinuity, which a "
+            "weighted frame is built to remove; for a frame, jumps under the same leading member come from its "
+            "other members or from its weights moving steeply, continuous but by more than the threshold over "
+            "the perturbation (shown where the runs' diagnoses have the split: `scripts/diagnose_runs.py "
+            "--upgrade`). "
             "Command: `scripts/reproduce.sh symmetrization`.", "", *blocks]
 
 
