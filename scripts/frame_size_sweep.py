@@ -39,6 +39,9 @@ from canonical_network.utils.files import atomic_write_text
 
 #: the runs swept by default: the Rotated MNIST weighted-frame rows of ``scripts/reproduce.sh symmetrization``
 DEFAULT_MATCH = "rotmnist/*/*sym_weighted_frame_ep*/seed*"
+#: where the settings' folders and the record go by default
+DEFAULT_OUT = Path("outputs/frame_size_sweep")
+DEFAULT_RECORD = Path("docs/reproduction/benchmarks/frame_size_sweep.json")
 #: the diagnosis's figures kept per seed (its ``continuity.by_perturbation.rotation``)
 ROTATION_FIGURES = ("jump_rate", "element_change_rate", "jump_with_element_change_rate",
                     "jump_without_element_change_rate", "mean_rel")
@@ -122,6 +125,21 @@ def build_record(out: Path, command: str) -> dict:
             "machine": environment()["machine"], "rows": rows}
 
 
+def regenerating_command(record: dict, args: argparse.Namespace) -> str:
+    """The command that makes every setting the record holds (its settings may come from several calls: a
+    finished setting is kept, so ``--full`` of an earlier call stays): the roots, the sizes found, ``--full``
+    where a full setting is there, and the options that differ from their defaults."""
+    found = [s for row in record["rows"].values() for s in row["settings"].values()]
+    sizes = sorted({1 if s["mode"] == "canonical" else s["frame_size"] for s in found if s["mode"] != "full"})
+    words = ["python", "scripts/frame_size_sweep.py", *map(str, args.roots)]
+    if args.match != DEFAULT_MATCH:
+        words += ["--match", repr(args.match)]
+    words += ["--sizes", *map(str, sizes)] + (["--full"] if any(s["mode"] == "full" for s in found) else [])
+    words += [f"--num-samples {args.num_samples}"] if args.num_samples != 128 else []
+    words += [f"--out {args.out}"] if args.out != DEFAULT_OUT else []
+    return " ".join(words + ([f"--record {args.record}"] if args.record != DEFAULT_RECORD else []))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("roots", nargs="+", type=Path, help="folders of run folders (e.g. outputs/reproduction)")
@@ -130,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="frame sizes (1: the canonical mode; default 1 2 3 4)")
     parser.add_argument("--full", action="store_true", help="also the whole group (symmetrization=full)")
     parser.add_argument("--num-samples", type=int, default=128, help="test inputs per diagnosis (default 128)")
-    parser.add_argument("--out", type=Path, default=Path("outputs/frame_size_sweep"))
-    parser.add_argument("--record", type=Path, default=Path("docs/reproduction/benchmarks/frame_size_sweep.json"))
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"default {DEFAULT_OUT}")
+    parser.add_argument("--record", type=Path, default=DEFAULT_RECORD, help=f"default {DEFAULT_RECORD}")
     args = parser.parse_args(argv)
     if any(k < 1 for k in args.sizes):
         parser.error(f"--sizes must be >= 1 (1: the canonical mode), got {args.sizes}")
@@ -169,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{'done' if ok else 'FAILED'} {name} {relative} {setting_name(mode, size)}", flush=True)
                     failures += not ok
     if args.out.is_dir():
-        record = build_record(args.out, " ".join(["python", "scripts/frame_size_sweep.py", *(argv or sys.argv[1:])]))
+        record = build_record(args.out, "")
+        record["command"] = regenerating_command(record, args)
         args.record.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.record, json.dumps(record, indent=2) + "\n")
         print(f"wrote {args.record}: {sum(len(r['settings']) for r in record['rows'].values())} settings", flush=True)

@@ -106,6 +106,8 @@ def test_the_sweep_resumes_writes_nothing_into_the_runs_and_the_report_shows_it(
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # the run folders are untouched
     assert frame_size_sweep.main(args) == 0 and len(calls) == 12  # finished steps are skipped
     record = json.loads(record_file.read_text())
+    assert record["command"] == (f"python scripts/frame_size_sweep.py {root} --sizes 1 2 4 --out {out} "
+                                 f"--record {record_file}")
     row = record["rows"]["rotmnist/cn_p4/c8_sym_weighted_frame_ep30"]
     assert row["trained"]["frame_size"] == 2 and set(row["settings"]) == {"canonical", "weighted_frame_k2",
                                                                            "weighted_frame_k4"}
