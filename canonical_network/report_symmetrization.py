@@ -26,7 +26,8 @@ FAMILIES = (("sym_rotmnist_table", "Rotated MNIST"), ("sym_nbody_table", "N-body
 COST_FILE = "symmetrization_cost.json"
 #: (metric, column title, scale): the continuity figures of a run's diagnosis
 CONTINUITY = (("diagnose/rotation/jump_rate", "jumps, ±1° rotation (%)", 100.0),
-              # the part of those jumps under an unchanged element: the predictor's own, no frame removes it
+              # the part of those jumps under an unchanged element (canonical: the predictor's own; a frame: its
+              # other members or steep weights)
               ("diagnose/rotation/jump_without_element_change_rate", "of which, same element (%)", 100.0),
               ("diagnose/jitter/jump_rate", "jumps, jitter (%)", 100.0),
               ("diagnose/jitter/jump_without_element_change_rate", "of which, same element (%)", 100.0),
@@ -46,12 +47,15 @@ def _mean_text(values: list[float], digits: int) -> str:
     return text + ("" if half is None else f" ± {half:.2g}") + f" ({len(values)})"
 
 
-def _difference_text(values: list[float], base: list[float], digits: int, lower_is_better: bool) -> str:
-    from canonical_network.report import welch_interval
+def _difference_text(values: list[float], base: list[float], digits: int, lower_is_better: bool,
+                     paired: bool = False) -> str:
+    """``mean(values) − mean(base)`` with its 95 % half-width (Welch, or paired-t for pairs in order) and whether
+    it is better, worse or not resolved."""
+    from canonical_network.report import paired_interval, welch_interval
 
     if not values or not base:
         return "–"
-    diff, half, _ = welch_interval(values, base)
+    diff, half, _ = (paired_interval if paired else welch_interval)(values, base)
     if half is None or not math.isfinite(half):
         return f"{diff:+.{digits}f} (n < 2: not resolved)"
     if abs(diff) <= half:
@@ -169,8 +173,6 @@ def render_frame_size_sweep(benchmarks: Path | None, metric: str = "test/error")
     """The test-time frame-size sweep (``scripts/frame_size_sweep.py``): per swept row and setting, the test
     metric over seeds with its paired difference to the setting the runs were trained with, and the ±1° rotation
     figures of each setting's diagnosis; empty without the record."""
-    from canonical_network.report import mean_ci, paired_interval
-
     path = None if benchmarks is None else Path(benchmarks) / SWEEP_FILE
     if path is None or not path.is_file():
         return []
@@ -179,9 +181,9 @@ def render_frame_size_sweep(benchmarks: Path | None, metric: str = "test/error")
     for row, entry in sorted((record.get("rows") or {}).items()):
         trained = entry.get("trained")
         settings = sorted(entry["settings"].values(), key=lambda s: (s["passes"], s["mode"] == "full"))
-        base = next((s for s in settings if _is_trained(s, trained)), None)
         if not settings:
             continue
+        base = next((s for s in settings if _is_trained(s, trained)), None)
         trained_text = "unknown" if not trained else (
             f"`symmetrization={trained.get('symmetrization')}`, `frame_size={trained.get('frame_size')}`, "
             f"`frame_weights={trained.get('frame_weights')}`")
@@ -204,23 +206,14 @@ def render_frame_size_sweep(benchmarks: Path | None, metric: str = "test/error")
                 pairs = [(seeds[k]["test"][metric], base["seeds"][k]["test"][metric]) for k in sorted(seeds)
                          if k in base["seeds"] and metric in seeds[k].get("test", {})
                          and metric in base["seeds"][k].get("test", {})]
-                if len(pairs) < 2:
-                    versus = "– (n < 2)"
-                else:
-                    diff, half, _ = paired_interval([a for a, _ in pairs], [b for _, b in pairs])
-                    word = "not resolved" if abs(diff) <= half else ("lower" if diff < 0 else "higher")
-                    versus = f"{diff:+.2f} ± {half:.2f} ({word})"
+                versus = _difference_text([a for a, _ in pairs], [b for _, b in pairs], 2, lower_is_better=True,
+                                          paired=True)
             figures = []
             for key, _, scale in SWEEP_FIGURES:
                 got = [v["rotation"][key] * scale for v in seeds.values() if key in (v.get("rotation") or {})]
                 figures.append(_mean_text(got, 1 if scale == 100.0 else 4))
-            if values:
-                mean, half = mean_ci(values)
-                shown = f"{mean:.2f}" + ("" if half is None else f" ± {half:.2f}") + f" ({len(values)})"
-            else:
-                shown = "–"
-            blocks.append("| " + " | ".join([_setting_label(setting, trained), str(setting["passes"]), shown,
-                                             versus, *figures]) + " |")
+            blocks.append("| " + " | ".join([_setting_label(setting, trained), str(setting["passes"]),
+                                             _mean_text(values, 2), versus, *figures]) + " |")
         blocks.append("")
     return blocks
 

@@ -23,6 +23,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from canonical_network.records import (
@@ -60,6 +61,29 @@ def diagnosis_format(path: Path) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def matching_runs(root: Path, match: str) -> Iterator[tuple[Path, dict]]:
+    """``(run folder, record)`` of every run below ``root`` whose folder matches the glob ``match`` (relative to
+    ``root``); a diagnosis's own folder is never one."""
+    wanted = {p.resolve() for p in root.glob(match) if p.is_dir()}
+    for results in find_results(root):
+        run_dir = results.parent
+        if run_dir.resolve() in wanted and not any(
+                re.fullmatch(rf"{DIAGNOSIS_DIR}(-\d+)?", part) for part in run_dir.relative_to(root).parts):
+            yield run_dir, read_results(results)
+
+
+def tested_checkpoint(run_dir: Path, record: dict) -> Path | None:
+    """The tested checkpoint of a completed run when it is still here; None otherwise (saying so when a completed
+    run's checkpoint is gone)."""
+    if record.get("status") != "completed" or not record.get("checkpoint"):
+        return None
+    checkpoint = path_from_record(record["checkpoint"], run_dir)
+    if not checkpoint.is_file():
+        print(f"skip {run_dir}: its tested checkpoint is not here", flush=True)
+        return None
+    return checkpoint
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("roots", nargs="+", type=Path, help="folders of run folders (e.g. outputs/reproduction)")
@@ -75,22 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     for root in args.roots:
         if not root.is_dir():
             parser.error(f"{root} is not a folder")
-        wanted = {p.resolve() for p in root.glob(args.match) if p.is_dir()}
-        for results in find_results(root):
-            run_dir = results.parent
-            if run_dir.resolve() not in wanted or any(
-                    re.fullmatch(rf"{DIAGNOSIS_DIR}(-\d+)?", part) for part in run_dir.relative_to(root).parts):
-                continue
-            record = read_results(results)
+        for run_dir, record in matching_runs(root, args.match):
             earlier = diagnosis_files(run_dir)
             if earlier and not (args.upgrade and diagnosis_format(earlier[-1]) < DIAGNOSIS_FORMAT):
                 skipped += 1
                 continue
             into = diagnosis_dir(len(earlier) + 1)
-            if record.get("status") != "completed" or not record.get("checkpoint"):
-                continue
-            if not path_from_record(record["checkpoint"], run_dir).is_file():
-                print(f"skip {run_dir}: its tested checkpoint is not here", flush=True)
+            if tested_checkpoint(run_dir, record) is None:
                 continue
             command = diagnose_command(run_dir, record, args.num_samples, into=into)
             with open(run_dir / f"{into}.log", "a") as log:

@@ -32,9 +32,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from diagnose_runs import diagnose_command
+from diagnose_runs import diagnose_command, matching_runs, tested_checkpoint
 
-from canonical_network.records import RESULTS_FILE, find_results, path_from_record, read_results
+from canonical_network.records import RESULTS_FILE
 from canonical_network.utils.files import atomic_write_text
 
 #: the runs swept by default: the Rotated MNIST weighted-frame rows of ``scripts/reproduce.sh symmetrization``
@@ -159,15 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     for root in args.roots:
         if not root.is_dir():
             parser.error(f"{root} is not a folder")
-        wanted = {p.resolve() for p in root.glob(args.match) if p.is_dir()}
-        for results in find_results(root):
-            run_dir = results.parent
-            record = read_results(results)
-            if run_dir.resolve() not in wanted or record.get("status") != "completed" or not record.get("checkpoint"):
-                continue
-            checkpoint = path_from_record(record["checkpoint"], run_dir)
-            if not checkpoint.is_file():
-                print(f"skip {run_dir}: its tested checkpoint is not here", flush=True)
+        for run_dir, record in matching_runs(root, args.match):
+            checkpoint = tested_checkpoint(run_dir, record)
+            if checkpoint is None:
                 continue
             relative = run_dir.relative_to(root)
             trained = ((record.get("config") or {}).get("canonicalization") or {})

@@ -117,7 +117,7 @@ def test_the_sweep_resumes_writes_nothing_into_the_runs_and_the_report_shows_it(
     table = {line.split(" | ")[0]: line.split(" | ") for line in lines if line.startswith("| ") and "---" not in line}
     assert table["| weighted frame, k = 2 *(as trained)*"][3] == "–"
     # canonical − trained per seed: +0.5, +0.7: mean +0.60, paired half-width 12.71 · 0.1414 / √2 = 1.27
-    assert table["| canonical (one element)"][2] == "4.50 ± 6.35 (2)"
+    assert table["| canonical (one element)"][2] == "4.50 ± 6.4 (2)"
     assert table["| canonical (one element)"][3] == "+0.60 ± 1.27 (not resolved)"
     assert table["| weighted frame, k = 4"][4:7] == ["0.8 ± 0 (2)", "0.0 ± 0 (2)", "0.8 ± 0 (2)"]
     assert render_frame_size_sweep(tmp_path / "nothing") == []

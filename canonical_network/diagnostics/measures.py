@@ -229,10 +229,11 @@ def continuity(model, symmetry: Symmetry, inputs: Inputs, output: torch.Tensor, 
     identity). The top-level figures pool every perturbation (rates: inputs affected by any).
 
     Where the element is known, the jump rate is split in two: ``jump_with_element_change_rate`` (the output
-    jumps and the chosen element changes: the canonicalization's own discontinuity, the part a weighted frame
-    can remove) and ``jump_without_element_change_rate`` (the output jumps under the same element: the
-    predictor's own sensitivity to the perturbation, which no choice of frame removes). They sum to
-    ``jump_rate``.
+    jumps and the chosen element changes) and ``jump_without_element_change_rate`` (the output jumps under the
+    same element). They sum to ``jump_rate``. In the canonical mode the first is the canonicalization's own
+    discontinuity, the part a weighted frame is built to remove, and the second the predictor's own
+    sensitivity to the perturbation; for a frame (element: its member of largest weight), jumps under the same
+    leading member come from its other members or from weights that move steeply.
 
     A model with ``symmetrization=sampled`` draws its frame anew at every pass, so two passes differ even on
     the same input. Its perturbations are therefore compared at common random numbers (the global RNG seeded
