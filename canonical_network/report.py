@@ -1125,7 +1125,8 @@ def render_accounting(runs: list[dict], roots: list[Path], superseded: list[tupl
              f"Code version recorded by {recorded} of {len(runs)} runs"
              + (f" ({len(set(v for v in versions if v))} distinct)" if recorded else "")
              + (" (the field is newer than the other records)" if recorded < len(runs) else "") + ". "
-             + ("Cells whose seeds ran different code versions: " + "; ".join(flagged) + "."
+             # a cell shown in several tables (a value and its diagnoses) is flagged once
+             + ("Cells whose seeds ran different code versions: " + "; ".join(dict.fromkeys(flagged)) + "."
                 if flagged else "No cell mixes code versions among the runs that record theirs."), ""]
     listed = [(r, _run_folder(r, roots), str(r.get("status")),
                str(r.get("divergence") or r.get("error") or "")) for r in runs if r.get("status") != COMPLETED]
