@@ -22,7 +22,10 @@ A block sits between ``<!-- generated:<name> -->`` and ``<!-- /generated:<name> 
   ``docs/benchmarks/pointcloud_inference_1024.json``;
 * ``symmetrization-cost``: the inference cost per input of each ``canonicalization.symmetrization`` mode against
   ``canonical`` (``docs/symmetrization.md``), from the record ``scripts/benchmark_symmetrization.py`` wrote to
-  ``docs/reproduction/benchmarks/symmetrization_cost.json``.
+  ``docs/reproduction/benchmarks/symmetrization_cost.json``;
+* ``compile-nbody``: what ``compile=true`` saves on an N-body training epoch, and how far it moves the numbers
+  (``docs/measurements.md``), from the record ``scripts/benchmark_compile.py`` wrote to
+  ``docs/benchmarks/compile_nbody.json``.
 """
 
 from __future__ import annotations
@@ -328,12 +331,41 @@ def symmetrization_cost(path: Path = SYMMETRIZATION_COST) -> list[str]:
     return symmetrization_cost_table(json.loads(path.read_text()))
 
 
+#: the record the ``compile-nbody`` block renders (``scripts/benchmark_compile.py --output``)
+COMPILE_NBODY = PROJECT_ROOT / "docs" / "benchmarks" / "compile_nbody.json"
+
+
+def compile_nbody(path: Path = COMPILE_NBODY) -> list[str]:
+    """Per experiment: eager and compiled CPU seconds per epoch, their ratio, the compilation's cost, and the
+    two runs' last metrics and largest weight difference; how the record was made."""
+    record = json.loads(path.read_text())
+    lines = ["| experiment | eager, CPU s / epoch | compiled | eager / compiled | compiling, CPU s "
+             "| last val MSE, eager / compiled | largest weight difference |",
+             "|---|---:|---:|---:|---:|---|---:|"]
+    for name, row in record["experiments"].items():
+        eager, compiled = row["eager_metrics"].get("val/mse"), row["compiled_metrics"].get("val/mse")
+        mse = "–" if eager is None else f"{eager:.6f} / {compiled:.6f}"
+        lines.append(f"| `{name}` | {row['eager_seconds_per_epoch']:.3f} | {row['compiled_seconds_per_epoch']:.3f} "
+                     f"| {row['ratio']:.2f}× | {row['compile_seconds']:.0f} | {mse} "
+                     f"| {row['largest_weight_difference']:.2g} |")
+    lines += ["", f"Measured {record['created'][:10]} by `{record['command']}` on {record['machine']}, torch "
+                  f"{record['torch']}, {record['threads']} thread(s), load average {record['load_start']:.1f} at "
+                  f"the start and {record['load_end']:.1f} at the end: each experiment trained {record['epochs']} "
+                  f"epochs eagerly, then compiled, from seed {record['seed']} (same initial weights, same "
+                  "batches), validation every `trainer.check_val_every_n_epoch` epochs included; CPU time of the "
+                  f"process (`time.process_time`), means over the epochs after the first {record['warmup']} (the "
+                  "compiled run compiles in its first epoch and first validation); compiling: the compiled run's "
+                  "first epoch minus its mean (the compiler's own subprocesses not counted)."]
+    return lines
+
+
 GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups, "experiments": experiments,
                                                    "paper-rows": paper_rows, "api-example": api_example,
                                                    "permutation-cost": permutation_cost, "protocol-cost": protocol_cost,
                                                    "dress-rehearsal": dress_rehearsal,
                                                    "pointcloud-overhead": pointcloud_overhead,
-                                                   "symmetrization-cost": symmetrization_cost}
+                                                   "symmetrization-cost": symmetrization_cost,
+                                                   "compile-nbody": compile_nbody}
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 

@@ -35,7 +35,8 @@ from canonical_network.records import (
     read_results,
     write_failure_record,
 )
-from canonical_network.utils.checks import ConfigError, check_choice
+from canonical_network.utils.checks import ConfigError, check_bool, check_choice
+from canonical_network.utils.compile import compiled_network
 from canonical_network.utils.config import CONFIG_DIR
 from canonical_network.utils.loggers import ResumableCSVLogger
 from canonical_network.utils.run_config import validate_run_config
@@ -210,6 +211,7 @@ def _run(cfg: DictConfig) -> RunResults:
 
     start = time.time()
     test_ckpt = check_choice("test_ckpt", cfg.get("test_ckpt", "best"), TEST_CKPTS)
+    compile_network = check_bool("compile", cfg.get("compile", False))
     output_dir = Path(cfg.paths.output_dir)
     prepare_process(cfg, output_dir)
     config = OmegaConf.to_container(cfg, resolve=True)
@@ -235,45 +237,47 @@ def _run(cfg: DictConfig) -> RunResults:
     for callback in callbacks:
         if isinstance(callback, RunCheckpoint):
             callback.also_allowed = tuple(allowed[1:])
-    # weights only: resuming runs no code from the file (the checkpoints train writes need none)
-    trainer.fit(model, datamodule=datamodule, ckpt_path=resumed_from, weights_only=True)
+    # compile=true: compiled for fitting and testing, from a fresh cache inside the run folder (utils/compile.py)
+    with compiled_network(model.network, output_dir, compile_network):
+        # weights only: resuming runs no code from the file (the checkpoints train writes need none)
+        trainer.fit(model, datamodule=datamodule, ckpt_path=resumed_from, weights_only=True)
 
-    best_path = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    if test_ckpt == "last":
-        best_path = ""  # the model holds the final weights: test them as they are
-    if best_path and not any(Path(best_path).resolve().parent == folder.resolve() for folder in allowed):
-        raise RuntimeError(f"the best checkpoint path {best_path!r} lies outside the run folder {output_dir}: refused")
-    # Read what fitting left in the callbacks before testing: trainer.test(ckpt_path=...) restores every
-    # callback's state from the tested checkpoint, which turns the fit clock and the divergence monitor back
-    # to the best epoch (a run that diverged after it would look sound; its fitting time would be the best
-    # epoch's).
-    clock = next((cb for cb in callbacks if type(cb).__name__ == "FitClock"), None)
-    fit_time_s = round(clock.total_s, 2) if clock is not None else None
-    monitor = next((cb for cb in callbacks if isinstance(cb, DivergenceMonitor)), None)
-    divergence = monitor.verdict(None, {}) if monitor is not None else None
-    test_metrics: dict[str, float] = {}
-    if cfg.get("test", True):
-        for logger in trainer.loggers:  # fit's rows may come from other processes (DDP): append after them
-            if isinstance(logger, ResumableCSVLogger):
-                logger.reload()
-        trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, weights_only=True)
-        test_metrics = logged_test_metrics(trainer)
+        best_path = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+        if test_ckpt == "last":
+            best_path = ""  # the model holds the final weights: test them as they are
+        if best_path and not any(Path(best_path).resolve().parent == folder.resolve() for folder in allowed):
+            raise RuntimeError(f"the best checkpoint path {best_path!r} lies outside the run folder {output_dir}: refused")
+        # Read what fitting left in the callbacks before testing: trainer.test(ckpt_path=...) restores every
+        # callback's state from the tested checkpoint, which turns the fit clock and the divergence monitor back
+        # to the best epoch (a run that diverged after it would look sound; its fitting time would be the best
+        # epoch's).
+        clock = next((cb for cb in callbacks if type(cb).__name__ == "FitClock"), None)
+        fit_time_s = round(clock.total_s, 2) if clock is not None else None
+        monitor = next((cb for cb in callbacks if isinstance(cb, DivergenceMonitor)), None)
+        divergence = monitor.verdict(None, {}) if monitor is not None else None
+        test_metrics: dict[str, float] = {}
+        if cfg.get("test", True):
+            for logger in trainer.loggers:  # fit's rows may come from other processes (DDP): append after them
+                if isinstance(logger, ResumableCSVLogger):
+                    logger.reload()
+            trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, weights_only=True)
+            test_metrics = logged_test_metrics(trainer)
 
-    best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
-    divergence = divergence or DivergenceMonitor.test_verdict(test_metrics)
-    if divergence:
-        log.warning("The run diverged (%s): recorded as diverged, not as a result", divergence)
-    results = run_record(
-        cfg, config, status=DIVERGED if divergence else COMPLETED, metrics=test_metrics, params=param_counts,
-        checkpoint=best_path or FINAL_WEIGHTS, trainer=trainer, started=start, output_dir=output_dir,
-        best_val={cfg.optimized_metric: to_float(best_score)} if best_score is not None else {},
-        epochs=trainer.current_epoch,
-        resumed_from=path_for_record(resumed_from, output_dir) if resumed_from else None,
-        fit_time_s=fit_time_s,
-        **({"divergence": divergence} if divergence else {}),
-    )
-    finish(results, output_dir, trainer, loggers, log)
-    return results
+        best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
+        divergence = divergence or DivergenceMonitor.test_verdict(test_metrics)
+        if divergence:
+            log.warning("The run diverged (%s): recorded as diverged, not as a result", divergence)
+        results = run_record(
+            cfg, config, status=DIVERGED if divergence else COMPLETED, metrics=test_metrics, params=param_counts,
+            checkpoint=best_path or FINAL_WEIGHTS, trainer=trainer, started=start, output_dir=output_dir,
+            best_val={cfg.optimized_metric: to_float(best_score)} if best_score is not None else {},
+            epochs=trainer.current_epoch,
+            resumed_from=path_for_record(resumed_from, output_dir) if resumed_from else None,
+            fit_time_s=fit_time_s,
+            **({"divergence": divergence} if divergence else {}),
+        )
+        finish(results, output_dir, trainer, loggers, log)
+        return results
 
 
 def write_failure(cfg: DictConfig, error: BaseException) -> None:

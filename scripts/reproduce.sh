@@ -221,11 +221,14 @@ case "${1:-}" in
                 # configs/experiment/nbody/gnn.yaml, the authors' CN code's 600 epochs, is switched off).
                 # One CPU core: Linear ~0.1 s an epoch, GNN ~0.9 s, EGNN ~1.2 s, CN-GNN ~1.2 s (2.5-3.5 h a run).
                 # Baselines first, seed 0 of each before seeds 1-2; resumable from last.ckpt (every epoch).
+                # The message-passing rows train compiled (compile=true: the same model, less CPU an epoch;
+                # docs/measurements.md "Compiled N-body epochs"); the Linear row (its seeds ran eagerly) has
+                # too little to fuse.
     PAPER=(trainer.max_epochs=10000 callbacks.early_stopping=null)
     run ep10000 "0 1 2" nbody/linear -- "${PAPER[@]}"
-    run ep10000 0 nbody/gnn nbody/egnn -- "${PAPER[@]}"
-    run ep10000 "1 2" nbody/gnn nbody/egnn -- "${PAPER[@]}"
-    run ep10000 "0 1 2" nbody/cn_gnn nbody/cn_gnn_o3 nbody/cn_gnn_frozen -- "${PAPER[@]}"
+    run ep10000 0 nbody/gnn nbody/egnn -- "${PAPER[@]}" compile=true
+    run ep10000 "1 2" nbody/gnn nbody/egnn -- "${PAPER[@]}" compile=true
+    run ep10000 "0 1 2" nbody/cn_gnn nbody/cn_gnn_o3 nbody/cn_gnn_frozen -- "${PAPER[@]}" compile=true
     # 8 GNN passes per sample per layer: 2 seeds at the stated cap FA_PAPER_EPOCHS (10,000 on a GPU)
     run "ep${FA_PAPER_EPOCHS:-10000}" "0 1" nbody/fa_gnn -- trainer.max_epochs="${FA_PAPER_EPOCHS:-10000}" \
       callbacks.early_stopping=null
@@ -234,7 +237,7 @@ case "${1:-}" in
     # SE(3)-Transformer ~90 s. Radial Field takes the protocol; the tensor-field rows a stated cap on a CPU
     # (TFN_EPOCHS, default 1,000: ~2 h; SE3_EPOCHS, default 100: ~2.5 h), 10,000 each on a GPU
     # (EXTRA="trainer=gpu" TFN_EPOCHS=10000 SE3_EPOCHS=10000)
-    run ep10000 "0 1 2" nbody/radial_field -- "${PAPER[@]}"
+    run ep10000 "0 1 2" nbody/radial_field -- "${PAPER[@]}" compile=true
     run "ep${TFN_EPOCHS:-1000}" "0 1" nbody/tfn -- trainer.max_epochs="${TFN_EPOCHS:-1000}" callbacks.early_stopping=null
     run "ep${SE3_EPOCHS:-100}" "0 1" nbody/se3_transformer -- trainer.max_epochs="${SE3_EPOCHS:-100}" \
       callbacks.early_stopping=null ;;

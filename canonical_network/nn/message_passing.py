@@ -43,11 +43,14 @@ def fully_connected_edge_index(
     """
     check_int("batch_size", batch_size, low=0)
     check_int("num_nodes", num_nodes, low=0)
-    nodes = torch.arange(num_nodes, device=device)
-    source = nodes.repeat_interleave(num_nodes)
-    target = nodes.repeat(num_nodes)
-    keep = source != target
-    one_graph = torch.stack([source[keep], target[keep]])  # (2, N·(N−1))
+    # source j, each with the N − 1 targets t ≠ j in increasing order: t = s + (s ≥ j) for s = 0 … N − 2.
+    # Arithmetic, not a mask over the N² pairs, so the shape is known before the values (torch.compile
+    # traces it without a graph break)
+    others = max(num_nodes - 1, 0)
+    source = torch.arange(num_nodes, device=device).repeat_interleave(others)
+    slot = torch.arange(others, device=device).repeat(num_nodes)
+    target = slot + (slot >= source).long()
+    one_graph = torch.stack([source, target])  # (2, N·(N−1))
     offsets = torch.arange(batch_size, device=device) * num_nodes  # first node of each graph
     return (one_graph[:, None, :] + offsets[None, :, None]).reshape(2, -1)
 

@@ -1,0 +1,99 @@
+"""``compile=true`` (canonical_network/utils/compile.py): the compiled network computes what the eager one does,
+keeps its parameter names, stays equivariant, and Inductor's generated code lives in a fresh directory inside
+the run folder that is gone when the run ends (nothing read from an earlier process's cache, nothing written
+outside the run folder)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from canonical_network.canonicalization.base import CanonicalizedModel
+from canonical_network.canonicalization.identity import IdentityCanonicalizer
+from canonical_network.records import read_results
+from canonical_network.train import run
+from canonical_network.utils.compile import CACHE_VARIABLES, SCRATCH_PREFIX, compiled_network
+from tests.helpers import EPS32, compose_config, shrink
+
+WIDTH = 32
+
+
+class SmallPredictor(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(6, WIDTH), nn.SiLU(), nn.Linear(WIDTH, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def small_network() -> CanonicalizedModel:
+    torch.manual_seed(0)
+    return CanonicalizedModel(IdentityCanonicalizer(), SmallPredictor())
+
+
+def test_compiled_network_matches_eager_and_keeps_its_cache_in_the_run_folder(tmp_path):
+    network = small_network()
+    eager = small_network()
+    x = torch.randn(64, 6, generator=torch.Generator().manual_seed(1))
+    before = {name: os.environ.get(name) for name in CACHE_VARIABLES}
+    with compiled_network(network, tmp_path, True) as scratch:
+        assert scratch is not None and scratch.parent == tmp_path and scratch.name.startswith(SCRATCH_PREFIX)
+        assert all(os.environ[name].startswith(str(scratch)) for name in CACHE_VARIABLES)
+        with torch.no_grad():
+            # the method a task's step calls (CanonicalizedTask.model_step), not network(...)
+            compiled_out, _ = network.forward_with_element(x)
+            eager_out, _ = eager.forward_with_element(x)
+        generated = [p for p in scratch.rglob("*") if p.is_file()]
+        assert generated, "nothing was compiled into the run's own cache directory on the training path"
+    # Each output sums 32 products of SiLU outputs; a fused SiLU may round differently from the eager one
+    # (a few ulps), which the second Linear sums with its weights: |error| ≤ 32 · 4 eps32 · scale.
+    scale = eager_out.abs().max()
+    assert (compiled_out - eager_out).abs().max() <= WIDTH * 4 * EPS32 * scale
+    assert list(network.state_dict()) == list(eager.state_dict())  # same names: checkpoints interchange
+    assert not any(p.name.startswith(SCRATCH_PREFIX) for p in tmp_path.iterdir())  # removed at the end
+    assert {name: os.environ.get(name) for name in CACHE_VARIABLES} == before
+    assert "forward_with_element" not in network.__dict__  # eager again after the block
+
+
+def test_compile_off_leaves_the_network_and_environment_alone(tmp_path):
+    network = small_network()
+    with compiled_network(network, tmp_path, False) as scratch:
+        assert scratch is None
+        assert network._compiled_call_impl is None and "forward_with_element" not in network.__dict__
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_compile_value_fails_before_training(tmp_path):
+    cfg = shrink(compose_config(["experiment=nbody/gnn", "compile=yes"], tmp_path))
+    with pytest.raises(Exception, match="compile must be true or false; got 'yes'"):
+        run(cfg)
+    assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.slow
+def test_compiled_run_trains_tests_and_stays_equivariant(tmp_path):
+    """A CN-GNN run with compile=true end to end, then the compiled model's E(3) equivariance in float64 with
+    the tolerance of tests/test_nbody_task.py (the GNN row fails that check: test_plain_gnn_row_is_not_equivariant)."""
+    from tests.test_nbody_task import TINY, build_row, equivariance_check
+
+    overrides = ["experiment=nbody/cn_gnn", "compile=true", *(f"data.{k}={v}" for k, v in TINY.items())]
+    cfg = shrink(compose_config(overrides, tmp_path / "run"))
+    cfg.data.data_dir = str(tmp_path / "nbody")
+    record = run(cfg)
+    assert record["status"] == "completed" and record["metrics"]["test/mse"] > 0
+    assert read_results(tmp_path / "run")["config"]["compile"] is True
+    assert not any(p.name.startswith(SCRATCH_PREFIX) for p in (tmp_path / "run").iterdir())
+
+    from canonical_network.data.nbody import NBodyDataModule
+
+    dm = NBodyDataModule(data_dir=str(tmp_path / "nbody"), batch_size=TINY["num_test"], **TINY)
+    dm.setup()
+    frames = next(iter(dm.test_dataloader()))[:3]
+    model = build_row("cn_gnn", torch.float64)
+    with compiled_network(model.network, tmp_path, True):
+        error, tol, _ = equivariance_check(model, frames, torch.float64)
+    assert error < tol
