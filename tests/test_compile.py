@@ -67,6 +67,47 @@ def test_compile_off_leaves_the_network_and_environment_alone(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+class LengthlessSpec(tuple):
+    """A tuple whose length cannot be read, as e3nn's ``Irreps`` (``__len__`` raises): TorchDynamo's guards
+    on it fail, as they do on the tensor-field rows (test_the_tensor_field_rows_get_the_clear_error)."""
+
+    def __len__(self):
+        raise NotImplementedError
+
+
+class UntraceablePredictor(SmallPredictor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.spec = LengthlessSpec((1.0, 2.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for factor in self.spec:
+            x = x * factor
+        return self.net(x)
+
+
+def test_a_network_the_compiler_cannot_trace_gets_one_clear_error(tmp_path):
+    network = CanonicalizedModel(IdentityCanonicalizer(), UntraceablePredictor())
+    with compiled_network(network, tmp_path, True):
+        with pytest.raises(RuntimeError, match=r"compile=true: torch.compile cannot compile .*"
+                                               r"predictor=UntraceablePredictor.*compile=false"):
+            network.forward_with_element(torch.randn(4, 6))
+    assert network.forward_with_element(torch.randn(4, 6))[0].shape == (4, 3)  # eager again: it runs
+
+
+@pytest.mark.slow
+def test_the_tensor_field_rows_get_the_clear_error(tmp_path):
+    """TFN's e3nn ``Irreps`` break TorchDynamo's guards: the run must say so and name the way out."""
+    from tests.test_nbody_task import build_row
+
+    model = build_row("tfn")
+    loc, vel = torch.randn(2, 5, 3), torch.randn(2, 5, 3)
+    charges = torch.ones(2, 5, 1)
+    with compiled_network(model.network, tmp_path, True):
+        with pytest.raises(RuntimeError, match=r"compile=true: torch.compile cannot compile .*predictor=.*compile=false"):
+            model.network.forward_with_element(loc, vel, charges)
+
+
 def test_bad_compile_value_fails_before_training(tmp_path):
     cfg = shrink(compose_config(["experiment=nbody/gnn", "compile=yes"], tmp_path))
     with pytest.raises(Exception, match="compile must be true or false; got 'yes'"):

@@ -72,7 +72,7 @@ def compiled_network(network: nn.Module, output_dir: Path, enabled: bool) -> Ite
     patch.__enter__()
     try:
         if method is not None:
-            network.__dict__["forward_with_element"] = torch.compile(method)
+            network.__dict__["forward_with_element"] = _explained(torch.compile(method), network)
         else:
             network.compile()
         yield scratch
@@ -86,3 +86,22 @@ def compiled_network(network: nn.Module, output_dir: Path, enabled: bool) -> Ite
             else:
                 os.environ[name] = value
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _explained(compiled, network: nn.Module):
+    """``compiled`` whose compiler failures (TorchDynamo cannot trace some modules, e.g. e3nn's ``Irreps``
+    in the tensor-field rows) end in one error that names the modules and the way out."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    def call(*args, **kwargs):
+        try:
+            return compiled(*args, **kwargs)
+        except TorchDynamoException as error:
+            parts = ", ".join(f"{name}={type(module).__name__}" for name, module in network.named_children())
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise RuntimeError(
+                f"compile=true: torch.compile cannot compile this network ({parts}): {type(error).__name__}"
+                f"{': ' + reason if reason else ''}. Run it eagerly with compile=false (the default); compile is "
+                f"measured for the N-body rows in docs/measurements.md.") from error
+
+    return call
