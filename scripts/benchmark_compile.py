@@ -1,6 +1,6 @@
 """What ``compile=true`` saves on an N-body training epoch, and whether it changes the numbers.
 
-    OMP_NUM_THREADS=1 python scripts/benchmark_compile.py                          # GNN, EGNN, CN-GNN, 30 epochs
+    OMP_NUM_THREADS=1 python scripts/benchmark_compile.py                          # GNN, EGNN, CN-GNN, FA-GNN, 30 epochs
     python scripts/benchmark_compile.py --experiments nbody/gnn --epochs 10 --output /tmp/compile.json
 
 Each experiment is trained twice from the same seed, the same initial weights and the same batches: eagerly,
@@ -41,7 +41,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = PROJECT_ROOT / "docs" / "benchmarks" / "compile_nbody.json"
 #: where the compiled code's per-process cache directories are made (and removed): inside outputs/
 SCRATCH = PROJECT_ROOT / "outputs" / "benchmarks" / "compile"
-EXPERIMENTS = ("nbody/gnn", "nbody/egnn", "nbody/cn_gnn")
+EXPERIMENTS = ("nbody/gnn", "nbody/egnn", "nbody/cn_gnn", "nbody/fa_gnn")
 
 
 def machine() -> str:

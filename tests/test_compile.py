@@ -138,3 +138,48 @@ def test_compiled_run_trains_tests_and_stays_equivariant(tmp_path):
     with compiled_network(model.network, tmp_path, True):
         error, tol, _ = equivariance_check(model, frames, torch.float64)
     assert error < tol
+
+
+@pytest.mark.slow
+def test_a_killed_compiled_run_resumes_to_the_uninterrupted_runs_numbers(tmp_path):
+    """SIGTERM mid-training, then the same command: the compiled CN-GNN (vector dropout: random draws through
+    torch's generator, whose state the checkpoint restores) ends where an uninterrupted compiled run does."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from canonical_network.utils.config import PROJECT_ROOT
+    from tests.test_nbody_task import TINY
+
+    data = tmp_path / "nbody"
+    args = ["experiment=nbody/cn_gnn", "compile=true", "logger=csv", "callbacks.rich_progress_bar=null",
+            "trainer.enable_progress_bar=false", "trainer.max_epochs=4", "trainer.check_val_every_n_epoch=1",
+            f"data.data_dir={data}", *(f"data.{k}={v}" for k, v in TINY.items()), "data.batch_size=4"]
+
+    def command(run_dir):
+        return [sys.executable, "-m", "canonical_network.train", *args, f"hydra.run.dir={run_dir}"]
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    reference = subprocess.run(command(tmp_path / "ref"), cwd=PROJECT_ROOT, env=env, capture_output=True,
+                               text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    run_dir = tmp_path / "killed"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    proc = subprocess.Popen(command(run_dir), cwd=PROJECT_ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 500
+    while not last.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert last.exists() and proc.poll() is None, "the run should still be training after its first checkpoint"
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    resumed = subprocess.run(command(run_dir), cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = json.loads((tmp_path / "ref" / "results.json").read_text())["metrics"]
+    got = json.loads((run_dir / "results.json").read_text())["metrics"]
+    # the same compiled kernels on the same machine, the same draws: equal to the bit, but for a final float32
+    # reduction that may run in another order (8 eps32 of the MSE)
+    assert got["test/mse"] == pytest.approx(expected["test/mse"], rel=8 * EPS32)
