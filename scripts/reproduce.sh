@@ -219,7 +219,8 @@ case "${1:-}" in
                 # EGNN's main_nbody.py trains all 10,000 epochs, validates every 5 (--test_interval) and reports
                 # the test MSE of the best-validation epoch: no patience, so none here (the early stopping of
                 # configs/experiment/nbody/gnn.yaml, the authors' CN code's 600 epochs, is switched off).
-                # One CPU core: Linear ~0.1 s an epoch, GNN ~0.9 s, EGNN ~1.2 s, CN-GNN ~1.2 s (2.5-3.5 h a run).
+                # One CPU core, eager: Linear ~0.1 s an epoch, GNN ~0.9 s, EGNN ~1.2 s, CN-GNN ~1.2 s (2.5-3.5 h a
+                # run); the rows below run compiled, cheaper (docs/measurements.md "Compiled N-body epochs").
                 # Baselines first, seed 0 of each before seeds 1-2; resumable from last.ckpt (every epoch).
                 # The message-passing rows train compiled (compile=true: the same model, less CPU an epoch;
                 # docs/measurements.md "Compiled N-body epochs"); the Linear row (its seeds ran eagerly) has
