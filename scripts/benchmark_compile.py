@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -42,18 +41,6 @@ DEFAULT_OUTPUT = PROJECT_ROOT / "docs" / "benchmarks" / "compile_nbody.json"
 #: where the compiled code's per-process cache directories are made (and removed): inside outputs/
 SCRATCH = PROJECT_ROOT / "outputs" / "benchmarks" / "compile"
 EXPERIMENTS = ("nbody/gnn", "nbody/egnn", "nbody/cn_gnn", "nbody/fa_gnn")
-
-
-def machine() -> str:
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} cores"
 
 
 def train_once(experiment: str, compiled: bool, epochs: int, seed: int) -> dict:
@@ -134,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from canonical_network.utils.runs import environment
+
     torch.set_num_threads(1)
     load_start = os.getloadavg()[0]
     results = {}
@@ -149,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python scripts/benchmark_compile.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": machine(),
+        "machine": environment()["machine"],
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "epochs": args.epochs,
