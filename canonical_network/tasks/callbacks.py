@@ -192,7 +192,11 @@ class EpochCheckpoint(Checkpoint):
             return
         if (trainer.current_epoch + 1) % self.every_n_epochs:
             return
-        trainer.save_checkpoint(self.path)  # every rank calls it; the strategy writes once (rank 0)
+        # every rank calls it; the strategy writes once (rank 0). The whole training state (optimizer, loops,
+        # callbacks: what resume needs), said explicitly: left unset, Lightning logs a line at every save
+        # (10,000 lines in a 10,000-epoch run's train.log). It holds plain tensors and containers, so it still
+        # loads with torch.load(weights_only=True).
+        trainer.save_checkpoint(self.path, weights_only=False)
 
 
 class RunCheckpoint(ModelCheckpoint):
