@@ -74,6 +74,8 @@ class Claim:
 
     ``relation="better"``: ``a`` beats ``b`` in the table's direction (lower error, higher accuracy);
     ``relation="equal"``: ``|a − b| ≤ tolerance`` (in the table's unit), decided by two one-sided tests.
+    ``relation="no_worse"``: ``a`` is worse than ``b`` by less than ``tolerance`` (non-inferiority: "at no loss
+    of accuracy"), decided by one one-sided test; a better ``a`` satisfies it, as it fails ``equal``.
     ``trend_x`` (one x per column of row ``a``): a trend along that row instead, the slope of the metric on x
     over every run of its cells (``b`` unused); "better" when it moves in the table's direction as x grows.
     """
@@ -95,6 +97,8 @@ class Claim:
     kind: str = "paper"
 
 
+#: what a claim asserts of ``a − b`` (see :class:`Claim`)
+RELATIONS = ("better", "equal", "no_worse")
 CLAIM_KEYS = ("text", "table", "a", "b", "relation", "tolerance", "source", "paired", "trend_x", "b_scale", "kind")
 
 
@@ -133,13 +137,13 @@ def claims_from_entries(entries: object, tables: dict, origin: str, default_kind
                                  f"{len(spec['columns']) - 1} ({', '.join(c['name'] for c in spec['columns'])})")
             sides.append((str(value[0]), int(value[1])))
         relation, kind = entry.get("relation", "better"), entry.get("kind", default_kind)
-        if relation not in ("better", "equal"):
-            raise ValueError(f"{where}: relation={relation!r}; valid relations: better, equal")
+        if relation not in RELATIONS:
+            raise ValueError(f"{where}: relation={relation!r}; valid relations: {', '.join(RELATIONS)}")
         if kind not in CLAIM_KINDS:
             raise ValueError(f"{where}: kind={kind!r}; valid kinds: {', '.join(CLAIM_KINDS)}")
         tolerance = float(entry.get("tolerance", 0.0) or 0.0)
-        if relation == "equal" and tolerance <= 0:
-            raise ValueError(f"{where}: relation=equal needs a tolerance > 0 (in the table's unit), got {tolerance}")
+        if relation in ("equal", "no_worse") and tolerance <= 0:
+            raise ValueError(f"{where}: relation={relation} needs a tolerance > 0 (in the table's unit), got {tolerance}")
         trend_x = tuple(float(x) for x in entry.get("trend_x") or ())
         if trend_x and len(trend_x) != len(spec["columns"]):
             raise ValueError(f"{where}: trend_x has {len(trend_x)} values, {table} has {len(spec['columns'])} columns")
@@ -255,6 +259,28 @@ def equivalence_verdict(diff: float, se: float | None, df: float | None, toleran
         return "holds", p
     half = t_quantile(df) * se
     if diff - half > tolerance or diff + half < -tolerance:
+        return "does not hold", p
+    return "not resolved", p
+
+
+def noninferiority_verdict(diff: float, se: float | None, df: float | None, tolerance: float,
+                           lower_is_better: bool) -> tuple[str, float | None]:
+    """A no-worse claim (``a`` worse than ``b`` by less than ``tolerance``): *holds* when the one-sided t test
+    rejects "worse by ``tolerance`` or more" at 5 % (the worse end of the 90 % interval inside the tolerance,
+    TOST's level, of which it is one half); *does not hold* when the 95 % interval lies wholly beyond it;
+    otherwise *not resolved*. Returns the verdict and the one-sided p-value (None for n < 2)."""
+    if se is None or df is None:
+        return "not resolved (n < 2)", None
+    worse = diff if lower_is_better else -diff  # > 0: a is worse
+    if se == 0.0:
+        p = 0.0 if worse < tolerance else 1.0
+    else:
+        from scipy import stats
+
+        p = float(stats.t.cdf((worse - tolerance) / se, df))
+    if p < 1 - T_LEVEL:
+        return "holds", p
+    if worse - t_quantile(df) * se > tolerance:
         return "does not hold", p
     return "not resolved", p
 
@@ -717,6 +743,11 @@ def check_claims(tables: dict, cells_by_table: dict, claims: list[Claim] | None 
                 interval += f" (tolerance ±{claim.tolerance:g})"
                 shown_verdict, p = equivalence_verdict(diff, se, df, claim.tolerance)
                 test = f"TOST, {test}"
+            elif claim.relation == "no_worse":
+                lower = spec.get("lower_is_better", True)
+                interval += f" (at most {claim.tolerance:g} worse)"
+                shown_verdict, p = noninferiority_verdict(diff, se, df, claim.tolerance, lower)
+                test = f"one-sided, {test}"
             else:
                 shown_verdict = verdict(claim, diff, half, spec.get("lower_is_better", True))
                 if claim.b_scale < 1.0 and not any(b.values):

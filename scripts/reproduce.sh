@@ -194,7 +194,17 @@ case "${1:-}" in
       "$PY" scripts/diagnose_runs.py "$OUT" --match "*/*/*sym_*/seed*" --num-samples "${SYM_DIAG_SAMPLES:-128}" --upgrade \
         || FAILED_CALLS=$((FAILED_CALLS + 1))
     done
-    done ;;
+    done
+    if [[ "$1" == symmetrization-rotmnist ]]; then
+      # the canonical rows' seed 0 trained on another machine whose checkpoints were not kept, so their continuity
+      # columns had n = 2 (a t-multiplier of 12.7): a seed 3 of each, trained and diagnosed here, gives them n = 3
+      run "sym_canonical_ep${SYM_EPOCHS:-30}" 3 rotmnist/cn_p16 -- trainer.max_epochs="${SYM_EPOCHS:-30}" \
+        canonicalization.symmetrization=canonical canonicalization.frame_size=2
+      run "c8_sym_canonical_ep${SYM_EPOCHS:-30}" 3 rotmnist/cn_p4 -- trainer.max_epochs="${SYM_EPOCHS:-30}" \
+        canonicalization.num_rotations=8 canonicalization.symmetrization=canonical canonicalization.frame_size=2
+      "$PY" scripts/diagnose_runs.py "$OUT" --match "*/*/*sym_*/seed*" --num-samples "${SYM_DIAG_SAMPLES:-128}" --upgrade \
+        || FAILED_CALLS=$((FAILED_CALLS + 1))
+    fi ;;
   symmetrization-frame-size)  # issue 38: each finished Rotated MNIST weighted-frame run (k = 2) evaluated and
                               # diagnosed at test time with k = 1 (canonical), 2, 3, 4 and the full group: what the
                               # frame's size does to the jump rate and the error, without retraining. Its folders go

@@ -51,6 +51,35 @@ def test_tost_holds_where_a_difference_test_is_not_resolved():
     assert report.equivalence_verdict(diff, None, None, tolerance=0.5)[0] == "not resolved (n < 2)"
 
 
+def test_no_worse_holds_for_a_better_side_that_an_equality_test_rejects():
+    """"At no loss of accuracy" is non-inferiority: a side clearly better than the other by more than the
+    tolerance satisfies it, though TOST calls the two not equal; a side clearly worse by more does not."""
+    a, b = [0.0060, 0.0058, 0.0062], [0.0079, 0.0081, 0.0077]  # lower is better: a better by 0.0019
+    diff, se, df = report.difference_stats(a, b)
+    assert report.equivalence_verdict(diff, se, df, tolerance=0.001)[0] == "does not hold"
+    verdict, p = report.noninferiority_verdict(diff, se, df, 0.001, lower_is_better=True)
+    assert verdict == "holds" and p < 0.05
+    from scipy import stats
+
+    # H0: a worse by the tolerance or more, i.e. diff >= +0.001; the p-value of its one-sided t test
+    assert p == pytest.approx(stats.t.cdf((diff - 0.001) / se, df), rel=1e-12)
+    # higher is better: the same numbers read as accuracies make a the worse side, by more than the tolerance
+    assert report.noninferiority_verdict(diff, se, df, 0.001, lower_is_better=False)[0] == "does not hold"
+    # a tolerance the interval's worse end crosses: not resolved; n < 2: not resolved either
+    assert report.noninferiority_verdict(diff + 0.0028, se, df, 0.001, lower_is_better=True)[0] == "not resolved"
+    assert report.noninferiority_verdict(diff, None, None, 0.001, lower_is_better=True)[0] == "not resolved (n < 2)"
+
+
+def test_a_claims_file_relation_is_checked(tmp_path):
+    claims = tmp_path / "claims.yaml"
+    claims.write_text("claims:\n  - {text: t, table: nbody_table, a: [GNN, 0], b: [EGNN, 0], relation: no_worse}\n")
+    with pytest.raises(ValueError, match="relation=no_worse needs a tolerance > 0"):
+        report.load_claims(claims)
+    claims.write_text("claims:\n  - {text: t, table: nbody_table, a: [GNN, 0], b: [EGNN, 0], relation: worse}\n")
+    with pytest.raises(ValueError, match="relation='worse'; valid relations: better, equal, no_worse"):
+        report.load_claims(claims)
+
+
 def test_a_diverged_run_is_counted_and_listed_never_pooled(tmp_path):
     runs = tmp_path / "runs"
     for seed, (cn, gnn) in enumerate([(0.0070, 0.0140), (0.0072, 0.0142), (0.0068, 0.0139)]):
