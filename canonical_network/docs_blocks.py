@@ -359,13 +359,38 @@ def compile_nbody(path: Path = COMPILE_NBODY) -> list[str]:
     return lines
 
 
+TENSOR_FIELD_STEP = PROJECT_ROOT / "docs" / "benchmarks" / "tensor_field_step.json"
+
+
+def tensor_field_step(path: Path = TENSOR_FIELD_STEP) -> list[str]:
+    """Per tensor-field row: CPU seconds of a training step with its edge kernels evaluated by paths and through
+    the fully connected product, their paired ratio and whether the two trained alike; how it was made."""
+    record = json.loads(path.read_text())
+    lines = ["| row | parameters | every kernel by paths, CPU s / step | every kernel through the product "
+             "| paths / product, paired | parameters equal after the steps | kernels the rule splits |",
+             "|---|---:|---:|---:|---:|---|---|"]
+    for name, row in record["rows"].items():
+        lines.append(f"| `nbody/{name}` | {row['parameters']:,} | {row['paths_seconds_per_step']:.3f} "
+                     f"| {row['product_seconds_per_step']:.3f} | {row['paired_ratio']:.2f}× "
+                     f"| {'yes, bit for bit' if row['parameters_identical'] else 'no'} ({row['steps']} steps) "
+                     f"| {row['kernels_split_by_the_rule']} of {row['kernels_with_several_paths']} |")
+    lines += ["", f"Measured {record['created'][:10]} by `{record['command']}` on {record['machine']}, torch "
+                  f"{record['torch']}, {record['threads']} thread(s), load average {record['load_start']:.1f} at "
+                  f"the start and {record['load_end']:.1f} at the end: one Adam step on 100 random five-particle "
+                  f"systems per copy and round, {record['rounds']} rounds after one warm-up step, the order "
+                  "alternating; CPU time of the process (`time.process_time`), medians over the rounds; the "
+                  "ratio is paired within each round."]
+    return lines
+
+
 GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups, "experiments": experiments,
                                                    "paper-rows": paper_rows, "api-example": api_example,
                                                    "permutation-cost": permutation_cost, "protocol-cost": protocol_cost,
                                                    "dress-rehearsal": dress_rehearsal,
                                                    "pointcloud-overhead": pointcloud_overhead,
                                                    "symmetrization-cost": symmetrization_cost,
-                                                   "compile-nbody": compile_nbody}
+                                                   "compile-nbody": compile_nbody,
+                                                   "tensor-field-step": tensor_field_step}
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 

@@ -154,3 +154,48 @@ def test_plain_gnn_fails_the_same_check(frames):
     error, scale, _ = equivariance_errors(build("gnn", torch.float64), frames, reflections=False)
     assert error > MEANINGFUL * scale
     assert error > rel_tol(torch.tensor(scale, dtype=torch.float64), factor=DEEP64)
+
+
+@pytest.mark.parametrize(("irreps_in", "irreps_out"), [("21x1e", "21x1e"), ("21x2e", "21x2e"), ("21x1e", "21x2e")])
+def test_pair_kernel_paths_give_the_fully_connected_product_bit_for_bit(frames, irreps_in, irreps_out):
+    """A pair kernel computed one coupling path at a time (split radial weights, one-path products with the
+    fully connected product's constants) is the fully connected product itself: the same outputs and the same
+    gradients, bit for bit (only the backward's memory traffic differs), and the same checkpoint keys."""
+    from e3nn import o3
+
+    from canonical_network.prediction.tfn import PairKernel, harmonics_irreps
+
+    torch.manual_seed(0)
+    kernel = PairKernel(o3.Irreps(irreps_in), harmonics_irreps(2), o3.Irreps(irreps_out))
+    assert kernel.by_paths and len(kernel.paths) > 1  # wide, several coupling degrees: the case the split is for
+    loc = frames[0]
+    relative = (loc[:, :, None] - loc[:, None, :]).reshape(-1, 3)
+    relative = relative[relative.norm(dim=-1) > 0]
+    harmonics = o3.spherical_harmonics(harmonics_irreps(2), relative, normalize=True, normalization="component")
+    distance = relative.norm(dim=-1, keepdim=True)
+    x = torch.randn(relative.shape[0], o3.Irreps(irreps_in).dim, generator=torch.Generator().manual_seed(1))
+
+    def run(forward):
+        kernel.zero_grad()
+        out = forward(x, harmonics, distance)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        return out.detach(), [p.grad.clone() for p in kernel.parameters()]
+
+    split_out, split_grads = run(kernel)
+    full_out, full_grads = run(lambda a, b, c: kernel.tensor_product(a, b, kernel.radial(c)))
+    assert torch.equal(split_out, full_out)
+    assert all(torch.equal(a, b) for a, b in zip(split_grads, full_grads, strict=True))
+    assert not any(key.startswith("paths.") for key in kernel.state_dict())
+
+
+def test_narrow_kernels_call_the_product_itself():
+    """TFN's kernels (16 channels) stay below PATHS_MIN_WEIGHTS: no path modules, the product called as before;
+    the SE(3)-Transformer's wide ones are split."""
+    from canonical_network.prediction.tfn import PairKernel
+
+    tfn_kernels = [m for m in TFN().modules() if isinstance(m, PairKernel)]
+    assert tfn_kernels and not any(m.by_paths or len(m.paths) for m in tfn_kernels)
+    wide = [m for m in SE3Transformer().modules() if isinstance(m, PairKernel)
+            and m.tensor_product.irreps_in1.num_irreps == m.tensor_product.irreps_out.num_irreps == 21
+            and len(m.tensor_product.instructions) > 1]
+    assert wide and all(m.by_paths for m in wide)

@@ -45,6 +45,7 @@ meant to run in float64 is built with float64 as the default dtype; a float32-bu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -58,6 +59,10 @@ from canonical_network.utils.checks import check_int
 
 #: hidden width of the radial MLPs (``RadialFunc.mid_dim`` in the reference).
 RADIAL_HIDDEN_DIM = 32
+#: per-edge radial weights from which a pair kernel with several coupling paths is evaluated path by path
+#: (:class:`PairKernel`): the SE(3)-Transformer's kernels (21 × 21 channels, up to 5 paths: 1,323-2,205 weights)
+#: are, TFN's (16 × 16, up to 3 paths: at most 768) are not (docs/measurements.md, "Each pair kernel by paths")
+PATHS_MIN_WEIGHTS = 1024
 #: norms below this are clamped before the division of the norm nonlinearity (``GNormSE3.eps``).
 NORM_EPSILON = 1e-12
 #: irreps of each particle's input: its charge (scalar) and velocity (vector), ``G.ndata['f']`` and
@@ -133,6 +138,17 @@ class PairKernel(nn.Module):
     ``J`` the two degrees allow), weighted per coupling and channel pair by its own :class:`RadialMLP` of the
     edge length.
 
+    Wide kernels (``by_paths``: more than one coupling path and at least :data:`PATHS_MIN_WEIGHTS` radial weights
+    per edge) are computed one coupling path at a time: ``tensor_product`` (the fully connected product, which fixes the paths,
+    their normalisation and the radial MLP's width, and whose buffers are what checkpoints hold) is not called;
+    each of its paths is a one-path e3nn tensor product with that path's normalisation constant, fed its slice of
+    the radial weights by ``split``. The result is the fully connected product's, summed in its order (the tests
+    compare them bit for bit); what changes is the backward: e3nn slices one per-edge weight tensor per path,
+    and autograd turns each slice into a zero-filled tensor of the whole width, summed path by path, which was
+    a third of a CPU training step of the SE(3)-Transformer (docs/measurements.md, "N-body rows quoted from the
+    EGNN paper"); ``split``'s backward is one concatenation. Narrow kernels (TFN's) call the product itself:
+    their fills are small, and splitting them showed no clear gain (the same measurement, which times both ways).
+
     Shapes: ``x`` ``(E, mul_in · (2 l_in + 1))``, ``harmonics`` ``(E, irreps_sh.dim)``, ``distance`` ``(E, 1)``
     → ``(E, mul_out · (2 l_out + 1))``.
     """
@@ -143,9 +159,33 @@ class PairKernel(nn.Module):
             irreps_in, irreps_sh, irreps_out, shared_weights=False, internal_weights=False
         )
         self.radial = RadialMLP(self.tensor_product.weight_numel)
+        instructions = self.tensor_product.instructions
+        self.by_paths = len(instructions) > 1 and self.tensor_product.weight_numel >= PATHS_MIN_WEIGHTS
+        self.paths = nn.ModuleList()
+        self.path_sizes: list[int] = []
+        for ins in instructions if self.by_paths else ():
+            # no normalisation of its own, and a path weight whose square root (e3nn takes one) is the fully
+            # connected product's constant for this path: sqrt(fl(c²)) = c in binary floating point
+            path = o3.TensorProduct(
+                irreps_in, irreps_sh, irreps_out,
+                [(ins.i_in1, ins.i_in2, ins.i_out, ins.connection_mode, ins.has_weight, ins.path_weight**2)],
+                irrep_normalization="none", path_normalization="none", shared_weights=False, internal_weights=False,
+            )
+            # its buffers (coupling coefficients, output mask) are rebuilt with the module, not saved: checkpoints
+            # keep the keys they had before the paths were split
+            for module in path.modules():
+                module._non_persistent_buffers_set.update(name for name, _ in module.named_buffers(recurse=False))
+            self.paths.append(path)
+            self.path_sizes.append(math.prod(ins.path_shape))
 
     def forward(self, x: torch.Tensor, harmonics: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
-        return self.tensor_product(x, harmonics, self.radial(distance))
+        if not self.by_paths:
+            return self.tensor_product(x, harmonics, self.radial(distance))
+        weights = self.radial(distance).split(self.path_sizes, dim=-1)
+        out = self.paths[0](x, harmonics, weights[0])
+        for path, w in zip(self.paths[1:], weights[1:], strict=True):
+            out = out + path(x, harmonics, w)
+        return out
 
 
 class EdgeKernel(nn.Module):
