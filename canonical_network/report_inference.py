@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -63,11 +64,30 @@ def benchmark_environment(device: Any = None) -> dict[str, Any]:
         env["machine"] = env["machine"].rsplit(", ", 1)[0] + f", {name}"
         env["device"] = name
     env["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
-    try:
-        env["load_average_1min"] = round(os.getloadavg()[0], 2)
-    except OSError:
-        env["load_average_1min"] = None
+    env["load_average_1min"] = load_average()
     return env
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the platform has none): benchmark records state it at their start
+    and end, since other processes share the cores."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def timing_record(script: str, argv: list[str], load_start: float | None, **fields: Any) -> dict[str, Any]:
+    """A one-process benchmark's record: when it was made, the command that reruns it, the machine, torch's
+    version and threads, its own ``fields``, and the load average at its start (``load_start``, taken before
+    the first measurement) and now, at its end."""
+    import torch
+
+    from canonical_network.utils.runs import environment
+
+    return {"created": datetime.now(UTC).isoformat(timespec="seconds"), "command": command_line(script, argv),
+            "machine": environment()["machine"], "torch": torch.__version__, "threads": torch.get_num_threads(),
+            **fields, "load_start": load_start, "load_end": load_average()}
 
 
 def display_path(path: str | Path) -> str:

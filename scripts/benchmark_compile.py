@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -121,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from canonical_network.utils.runs import environment
+    from canonical_network.report_inference import load_average, timing_record
 
     torch.set_num_threads(1)
-    load_start = os.getloadavg()[0]
+    load_start = load_average()
     results = {}
     for experiment in args.experiments:
         eager = train_once(experiment, False, args.epochs, args.seed)
@@ -135,19 +133,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['compiled_seconds_per_epoch']:.3f} s/epoch ({row['ratio']:.2f}x), compiling "
               f"{row['compile_seconds']:.0f} s; same metrics: {row['metrics_identical']}, largest weight "
               f"difference {row['largest_weight_difference']:.3g}", flush=True)
-    record = {
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python scripts/benchmark_compile.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": environment()["machine"],
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "epochs": args.epochs,
-        "warmup": args.warmup,
-        "seed": args.seed,
-        "load_start": load_start,
-        "load_end": os.getloadavg()[0],
-        "experiments": results,
-    }
+    record = timing_record("scripts/benchmark_compile.py", list(argv if argv is not None else sys.argv[1:]),
+                           load_start, epochs=args.epochs, warmup=args.warmup, seed=args.seed,
+                           experiments=results)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {args.output}")

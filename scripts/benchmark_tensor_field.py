@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -111,28 +109,18 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from canonical_network.utils.runs import environment
+    from canonical_network.report_inference import load_average, timing_record
 
     torch.set_num_threads(1)
-    load_start = os.getloadavg()[0]
+    load_start = load_average()
     rows = {}
     for row in args.rows:
         rows[row] = result = measure(row, args.rounds, args.seed)
         print(f"nbody/{row}: by paths {result['paths_seconds_per_step']:.3f} s a step, through the product "
               f"{result['product_seconds_per_step']:.3f} s (paired ratio {result['paired_ratio']:.2f}); "
               f"parameters identical after {result['steps']} steps: {result['parameters_identical']}", flush=True)
-    record = {
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python scripts/benchmark_tensor_field.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": environment()["machine"],
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "rounds": args.rounds,
-        "seed": args.seed,
-        "load_start": load_start,
-        "load_end": os.getloadavg()[0],
-        "rows": rows,
-    }
+    record = timing_record("scripts/benchmark_tensor_field.py", list(argv if argv is not None else sys.argv[1:]),
+                           load_start, rounds=args.rounds, seed=args.seed, rows=rows)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {args.output}")

@@ -20,6 +20,7 @@ from canonical_network.report_inference import (
     command_line,
     paper_inference,
     render_inference,
+    timing_record,
 )
 from canonical_network.utils.config import PROJECT_ROOT
 
@@ -139,6 +140,22 @@ def test_command_line_shows_no_absolute_path(monkeypatch):
     text = command_line("scripts/b.py", ["--json", inside, "--data-dir=/elsewhere/modelnet40", "--repeats", "3"])
     assert text == ("OMP_NUM_THREADS=1 python scripts/b.py --json docs/reproduction/benchmarks/x.json "
                     "--data-dir=modelnet40 --repeats 3")
+
+
+def test_timing_record_states_the_rerun_command_the_machine_and_the_load(monkeypatch):
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = str(PROJECT_ROOT / "docs" / "benchmarks" / "x.json")
+    record = timing_record("scripts/b.py", ["--rounds", "2", "--output", out], 0.5, rounds=2, rows={"a": 1})
+    assert record["command"] == "OMP_NUM_THREADS=1 python scripts/b.py --rounds 2 --output docs/benchmarks/x.json"
+    assert record["torch"] == torch.__version__ and record["threads"] == torch.get_num_threads()
+    assert "cores" in record["machine"]
+    assert (record["rounds"], record["rows"], record["load_start"]) == (2, {"a": 1}, 0.5)
+    assert record["load_end"] is None or record["load_end"] >= 0
+    # the load is stated on either side of the fields, as the docs blocks print it
+    keys = list(record)
+    assert keys.index("load_start") > keys.index("rows") and keys[-1] == "load_end"
 
 
 def test_paper_numbers_are_the_texs():
