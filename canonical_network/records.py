@@ -344,12 +344,14 @@ def budget_sort_key(run: dict) -> float:
 
 
 # Overrides that do not change what a row is: the seed, where and how it logs, the epoch cap (reported as
-# the budget), and the checkpoint a CN(pretrained) row reads (it is the row's input, not a variant).
+# the budget), the checkpoint a CN(pretrained) row reads (it is the row's input, not a variant), and how the
+# same model is executed: `compile=` (torch.compile: the same weights and checkpoints, fused kernels that round
+# differently, docs/measurements.md "Compiled N-body epochs") like `matmul_precision=`.
 NEUTRAL_OVERRIDE_PREFIXES = (
     "experiment=", "seed=", "hydra.", "logger", "~callbacks.rich_progress_bar", "callbacks.rich_progress_bar",
     "trainer.max_epochs=", "trainer.enable_progress_bar=", "canonicalization.checkpoint=", "trainer=",
     "callbacks.early_stopping=null", "~callbacks.early_stopping",  # reported as the budget (budget_of)
-    "data.num_workers=", "paths.", "sweep=", "matmul_precision=",
+    "data.num_workers=", "paths.", "sweep=", "matmul_precision=", "compile=",
     "data.rotation=",  # selects the column of a point-cloud table (matched through config.data.rotation)
     "data=",  # the data set: tables and reports give each data set its own table (records.dataset_of)
     "data.num_points=", "data.num_train=",  # synthetic_shapes' size: named by dataset_of, so its own table

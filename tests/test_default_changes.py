@@ -46,3 +46,12 @@ def test_other_experiments_and_records_without_the_key_are_untouched():
 def test_every_registered_change_names_its_evidence():
     for change in DEFAULT_CHANGES:
         assert change.experiments and change.old != change.new and len(change.why) > 20
+
+
+def test_how_a_run_executes_is_not_a_variant():
+    """Compiling (the protocol rows of Table 3 train compiled) or a matmul precision runs the same model: such a
+    run is its row, while an override of the model stays a variant beside them."""
+    compiled = _run("pvq", "callbacks.early_stopping=null", "compile=true", "matmul_precision=high")
+    assert variant_of(compiled, ()) == ()
+    assert variant_of(_run("pvq", "compile=true", "canonicalization.hidden_dim=16"), ()) == (
+        "canonicalization.hidden_dim=16",)
