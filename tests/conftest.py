@@ -4,6 +4,7 @@ fixtures, such as composing and shrinking the real configs, are in ``tests/helpe
 from __future__ import annotations
 
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -13,6 +14,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make test` runs two pytest-xdist workers on a 2-core machine: one intra-op thread each, so that they do
     # not oversubscribe the cores (subprocesses a test starts keep torch's default)
     torch.set_num_threads(1)
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # Inherited: a shell without job control starts `cmd &` with SIGINT ignored, and every process below keeps it
+    # across exec, so the tests that Ctrl-C a subprocess (the local launcher's stop test) would find the signal
+    # ignored. Python's own default, as a foreground `make test` has it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
