@@ -12,6 +12,13 @@ One folder is renamed on the way: the point-cloud budget's ``cpu_<rotation>[_ep1
 issue 34, a name that said CPU also for the runs a GPU made) is copied as ``pts<points>_<rotation>[_ep12]``, the
 protocol's name the script now writes, so a source folder not yet renamed never puts a second copy of a run beside
 the first.
+
+With ``--unfinished DIR`` the runs that have not finished are copied too, into DIR, with what they need to resume
+on another machine (``canonical_network.utils.unfinished``: ``last.ckpt``, the best checkpoint, metrics, Hydra
+record, ~3 MB an N-body run); copies of runs that have finished since are deleted there.
+``scripts/run_protocol.py --unfinished DIR`` puts them back into an empty ``--out``:
+
+    python scripts/collect_runs.py outputs/reproduction docs/reproduction/runs --unfinished docs/reproduction/unfinished
 """
 
 from __future__ import annotations
@@ -64,11 +71,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", type=Path)
     parser.add_argument("dest", type=Path)
+    parser.add_argument("--unfinished", type=Path, default=None,
+                        help="also copy the unfinished runs, resumable, into this folder (see above)")
     args = parser.parse_args(argv)
     if not args.source.is_dir():
         parser.error(f"{args.source} is not a folder")
     copied = collect(args.source, args.dest)
     print(f"copied {len(copied)} finished runs into {args.dest}")
+    if args.unfinished is not None:
+        from canonical_network.utils.unfinished import park
+
+        parked, removed = park(args.source, args.unfinished)
+        print(f"parked {len(parked)} unfinished runs in {args.unfinished}"
+              + "".join(f"\n  {p.relative_to(args.unfinished)}" for p in parked)
+              + (f"; removed {len(removed)} copies of runs finished since" if removed else ""))
     return 0
 
 

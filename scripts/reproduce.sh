@@ -44,12 +44,15 @@ OUT="${OUT:-outputs/reproduction}"
 # records kept in the repository (scripts/collect_runs.py copies them there): their jobs count as finished, so a
 # stage restarted on a fresh machine skips them; COMMITTED= (empty) reruns them
 COMMITTED="${COMMITTED-docs/reproduction/runs}"
+# unfinished runs parked there by `scripts/collect_runs.py OUT COMMITTED --unfinished UNFINISHED` (a run longer than
+# a machine is kept, e.g. a 10,000-epoch N-body row on one core): a job with no folder in OUT resumes from its copy
+UNFINISHED="${UNFINISHED-docs/reproduction/unfinished}"
 JOBS="${JOBS:-2}"
 EXTRA="${EXTRA:-}"
 COMMON=(logger=csv "~callbacks.rich_progress_bar")
 run() {  # run <variant or ""> <seeds> <experiments...> -- <overrides...>
   local variant="$1" seeds="$2"; shift 2
-  local args=(--out "$OUT" --jobs "$JOBS" --seeds $seeds --committed "$COMMITTED")
+  local args=(--out "$OUT" --jobs "$JOBS" --seeds $seeds --committed "$COMMITTED" --unfinished "$UNFINISHED")
   [[ -n "$variant" ]] && args+=(--variant "$variant")
   [[ -n "${THREADS:-}" ]] && args+=(--threads "$THREADS")
   local experiments=()
@@ -462,8 +465,8 @@ nbody/cn_gnn_frozen,nbody/radial_field,nbody/tfn,nbody/se3_transformer" trainer.
     OMP_NUM_THREADS="${COST_THREADS:-1}" "$PY" scripts/protocol_cost.py --device "${COST_DEVICE:-cpu}" \
       --threads "${COST_THREADS:-1}" --output "docs/reproduction/benchmarks/protocol_cost_${COST_DEVICE:-cpu}.json" --resume \
       --markdown ;;
-  report)
-    "$PY" scripts/collect_runs.py "$OUT" docs/reproduction/runs
+  report)  # also parks the unfinished runs in UNFINISHED (when set), to resume them on another machine
+    "$PY" scripts/collect_runs.py "$OUT" docs/reproduction/runs ${UNFINISHED:+--unfinished "$UNFINISHED"}
     "$PY" -m canonical_network.report docs/reproduction/runs --out docs/reproduction --readme README.md ;;
   *)
     awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2 ;;

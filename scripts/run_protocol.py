@@ -4,7 +4,9 @@ Each job trains into its own fixed folder ``<out>/<experiment>/seed<k>`` (``hydr
 the same command resumes unfinished jobs from their ``last.ckpt`` and skips finished ones (a
 ``results.json`` with ``"status": "completed"``), and, given ``--committed DIR`` (``scripts/reproduce.sh`` passes
 ``docs/reproduction/runs``, where ``scripts/collect_runs.py`` keeps the records), skips a job whose final
-record is kept there, so a stage restarted on a fresh machine does not spend hours redoing finished runs. Unlike ``hydra/launcher=local``, which starts every job
+record is kept there, so a stage restarted on a fresh machine does not spend hours redoing finished runs; given
+``--unfinished DIR`` (where ``scripts/collect_runs.py --unfinished`` parks runs that have not finished), a job with
+no run folder of its own is first put back from DIR and resumes there. Unlike ``hydra/launcher=local``, which starts every job
 of a sweep at once, at most ``--jobs`` processes run together, each limited to ``--threads`` threads.
 
     python scripts/run_protocol.py --out outputs/reproduction/rotmnist --jobs 2 --seeds 0 1 2 \\
@@ -29,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from canonical_network.records import FINAL_STATUSES, RESULTS_FILE, RunResults, path_from_record, read_results
+from canonical_network.utils.unfinished import restore
 
 # Rows that need another row's finished run: (experiment) -> (source experiment, override key).
 DEPENDS_ON = {"rotmnist/cn_pretrained": ("rotmnist/cn_p64", "canonicalization.checkpoint")}
@@ -50,16 +53,16 @@ def completed(run_dir: Path) -> RunResults | None:
 
 def run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
             finished: dict[tuple[str, int], threading.Event], variant: str = "",
-            committed: Path | None = None) -> str:
+            committed: Path | None = None, unfinished: Path | None = None) -> str:
     try:
-        return _run_job(out, experiment, seed, overrides, threads, finished, variant, committed)
+        return _run_job(out, experiment, seed, overrides, threads, finished, variant, committed, unfinished)
     finally:
         finished[(experiment, seed)].set()
 
 
 def _run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
              finished: dict[tuple[str, int], threading.Event], variant: str,
-             committed: Path | None = None) -> str:
+             committed: Path | None = None, unfinished: Path | None = None) -> str:
     run_dir = job_dir(out, experiment, seed, variant)
     if record := completed(run_dir):
         return f"skip {experiment} seed {seed} ({record['status']})"
@@ -68,6 +71,9 @@ def _run_job(out: Path, experiment: str, seed: int, overrides: list[str], thread
     if committed is not None and not (run_dir / RESULTS_FILE).exists() and not (run_dir / "checkpoints").exists():
         if record := completed(job_dir(committed, experiment, seed, variant)):
             return f"skip {experiment} seed {seed} ({record['status']}, committed in {committed})"
+    # a run parked on another machine (scripts/collect_runs.py --unfinished) resumes here from its last.ckpt
+    if unfinished is not None and restore(job_dir(unfinished, experiment, seed, variant), run_dir):
+        print(f"resume {experiment} seed {seed} from {job_dir(unfinished, experiment, seed, variant)}", flush=True)
     extra = []
     if experiment in DEPENDS_ON:
         source, key = DEPENDS_ON[experiment]
@@ -102,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--committed", default="",
                         help="folder of kept records, laid out as --out: a job with a final record there and no "
                              "run folder of its own under --out is skipped (default: none)")
+    parser.add_argument("--unfinished", default="",
+                        help="folder of parked unfinished runs, laid out as --out: a job with no run folder of its "
+                             "own under --out is put back from there and resumes (default: none)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every job (after --)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -109,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.variant and not args.variant.replace("_", "").replace("-", "").replace(".", "").isalnum():
         parser.error(f"--variant must be a plain folder name (letters, digits, _ - .), got {args.variant!r}")
     committed = Path(args.committed) if args.committed else None
+    unfinished = Path(args.unfinished) if args.unfinished else None
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     args.out.mkdir(parents=True, exist_ok=True)
     # Seeds outer, so every row has a first seed before any row has a third; the sources of dependencies
@@ -120,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for message in pool.map(lambda job: run_job(args.out, *job, args.overrides, threads, finished, args.variant,
-                                                 committed), jobs):
+                                                 committed, unfinished), jobs):
             print(message, flush=True)
             failures += message.startswith("FAILED")
     return 1 if failures else 0

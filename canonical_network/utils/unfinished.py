@@ -1,0 +1,157 @@
+"""Carry an unfinished run to another machine: what it needs to resume, copied into a folder to commit, and put back.
+
+A 10,000-epoch N-body row takes longer on one CPU core than a working session lasts, and the next session may be
+on another machine whose ``outputs/`` is empty. :func:`park` copies what such a run needs to resume -- its
+``last.ckpt``, the best-validation checkpoint that ``last.ckpt`` names (the one the run will test), its CSV
+metrics and its Hydra record -- into a folder kept in the repository (``scripts/collect_runs.py --unfinished``);
+:func:`restore` puts it back into an empty run folder (``scripts/run_protocol.py --unfinished``), so that the
+run resumes from ``last.ckpt`` as it would have on the first machine.
+
+A checkpoint's ``ModelCheckpoint`` state names its files by absolute path; Lightning drops the best score when
+the run folder's path differs from the one it was saved in, and the resumed run would then test the best epoch
+*after* the move instead of the best of the whole run. :func:`restore` therefore rewrites those paths to the new
+folder. Checkpoints are read with ``weights_only=True`` (no code runs) and only tensors and plain values are
+written back.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from canonical_network.records import ATTEMPTS_DIR, final_status
+
+#: the files of a run folder, besides its checkpoints, that a resumed run continues (its metrics and records)
+CARRIED = ("csv/metrics.csv", "csv/hparams.yaml", "train.log", ".hydra/config.yaml", ".hydra/hydra.yaml",
+           ".hydra/overrides.yaml")
+LAST = Path("checkpoints") / "last.ckpt"
+_SET_ASIDE = {"superseded", ATTEMPTS_DIR}
+_PATH_KEYS = ("dirpath", "best_model_path", "kth_best_model_path", "last_model_path")
+
+
+def _load(path: Path) -> dict:
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _model_checkpoint_states(checkpoint: dict) -> list[dict]:
+    return [state for key, state in (checkpoint.get("callbacks") or {}).items()
+            if str(key).startswith("ModelCheckpoint") and isinstance(state, dict)]
+
+
+def _named_checkpoints(checkpoint: dict) -> set[str]:
+    """File names of the checkpoints that ``checkpoint``'s ModelCheckpoint state refers to (its best ones)."""
+    names = set()
+    for state in _model_checkpoint_states(checkpoint):
+        for value in [state.get(k) for k in _PATH_KEYS[1:]] + list(state.get("best_k_models") or {}):
+            if value:
+                names.add(Path(value).name)
+    return names
+
+
+def unfinished_runs(source: Path) -> list[Path]:
+    """Run folders below ``source`` with a ``last.ckpt`` and no final record (completed or diverged).
+
+    The ``superseded/`` and ``attempts/`` folders inside a run folder (files a ``resume=false`` rerun set aside,
+    failed attempts) are not runs of their own."""
+    runs = []
+    for last in sorted(Path(source).rglob(str(LAST))):
+        run = last.parent.parent
+        if _SET_ASIDE.isdisjoint(run.relative_to(source).parts) and final_status(run) is None:
+            runs.append(run)
+    return runs
+
+
+def park(source: Path, dest: Path, attempts: int = 5) -> tuple[list[Path], list[Path]]:
+    """Copy every unfinished run below ``source`` into ``dest`` (same relative path), replacing an older copy,
+    and delete the copies in ``dest`` of runs that have since finished in ``source``.
+
+    A run may be training while it is copied: ``last.ckpt`` is copied first and the best checkpoint it names
+    after it; should that file be gone by then (a better epoch replaced it), the copy is taken again.
+    Returns (parked run folders, removed copies)."""
+    source, dest = Path(source), Path(dest)
+    parked = []
+    for run in unfinished_runs(source):
+        target = dest / run.relative_to(source)
+        staging = target.with_name(target.name + ".partial")
+        for _ in range(attempts):
+            shutil.rmtree(staging, ignore_errors=True)
+            (staging / LAST).parent.mkdir(parents=True)
+            shutil.copy2(run / LAST, staging / LAST)
+            names = _named_checkpoints(_load(staging / LAST))
+            try:
+                for name in sorted(names - {LAST.name}):
+                    shutil.copy2(run / "checkpoints" / name, staging / "checkpoints" / name)
+            except FileNotFoundError:
+                continue  # the run saved a newer best between the two copies: take both again
+            break
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise RuntimeError(f"{run} kept replacing its checkpoints while being copied ({attempts} tries); "
+                               "pause it (or wait for it to end) and park again")
+        for name in CARRIED:
+            if (run / name).is_file():
+                (staging / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(run / name, staging / name)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        parked.append(target)
+    removed = []
+    for last in sorted(dest.rglob(str(LAST))) if dest.is_dir() else []:
+        copy = last.parent.parent
+        if final_status(source / copy.relative_to(dest)) is not None:
+            shutil.rmtree(copy)
+            removed.append(copy)
+    return parked, removed
+
+
+def relocate(checkpoint: Path, old_dir: str, new_dir: Path) -> bool:
+    """Rewrite the ModelCheckpoint paths in ``checkpoint`` from the folder ``old_dir`` to ``new_dir``
+    (both checkpoint folders); returns whether anything changed."""
+    import torch
+
+    data = _load(checkpoint)
+    changed = False
+
+    def moved(value):
+        nonlocal changed
+        if isinstance(value, str) and value and Path(value).parent == Path(old_dir):
+            changed = True
+            return str(new_dir / Path(value).name)
+        return value
+
+    for state in _model_checkpoint_states(data):
+        for key in _PATH_KEYS:
+            if key == "dirpath":
+                if state.get(key) and Path(state[key]) == Path(old_dir):
+                    state[key], changed = str(new_dir), True
+            else:
+                state[key] = moved(state.get(key))
+        if state.get("best_k_models"):
+            state["best_k_models"] = {moved(k): v for k, v in state["best_k_models"].items()}
+    if changed:
+        partial = checkpoint.with_suffix(".ckpt.partial")
+        torch.save(data, partial)
+        partial.replace(checkpoint)
+    return changed
+
+
+def restore(parked: Path, run_dir: Path) -> bool:
+    """Put the parked run ``parked`` into ``run_dir`` when ``run_dir`` holds no checkpoints (never over a run that
+    started there), with its checkpoint paths moved to ``run_dir``; returns whether it did."""
+    parked, run_dir = Path(parked), Path(run_dir)
+    if not (parked / LAST).is_file() or (run_dir / "checkpoints").exists() or final_status(run_dir) is not None:
+        return False
+    for path in sorted(p for p in parked.rglob("*") if p.is_file()):
+        target = run_dir / path.relative_to(parked)
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+    new_dir = (run_dir / "checkpoints").resolve()
+    for state in _model_checkpoint_states(_load(run_dir / LAST)):
+        if state.get("dirpath") and Path(state["dirpath"]) != new_dir:
+            for ckpt in (run_dir / "checkpoints").glob("*.ckpt"):
+                relocate(ckpt, state["dirpath"], new_dir)
+            break
+    return True

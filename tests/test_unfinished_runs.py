@@ -1,0 +1,140 @@
+"""Unfinished runs carried to another machine: parked by collect_runs --unfinished, put back by run_protocol.
+
+A 10,000-epoch N-body row outlasts a working session on one CPU core; the next session may have an empty
+``outputs/``. These tests train a real (tiny) run, park it, put it back into a folder at another path, and resume
+it there: the resumed run must keep the best epoch seen before the move, which Lightning forgets when the
+checkpoint folder's path changed unless the paths are moved with it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import open_dict
+
+from canonical_network.train import run
+from canonical_network.utils.config import PROJECT_ROOT
+from canonical_network.utils.unfinished import park, restore, unfinished_runs
+from tests.helpers import compose_config, shrink
+from tests.test_nbody_task import TINY, tiny_dir  # noqa: F401  (the module-scoped data fixture)
+
+
+def _checkpoint_state(path) -> dict:
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return next(v for k, v in state["callbacks"].items() if k.startswith("ModelCheckpoint"))
+
+
+def _train(run_dir, data_dir, max_epochs: int) -> dict:
+    counts = [f"data.{k}={v}" for k, v in TINY.items()]
+    cfg = shrink(compose_config(["experiment=nbody/gnn", f"data.data_dir={data_dir}", "data.batch_size=8", *counts,
+                                 "trainer.check_val_every_n_epoch=1"], run_dir))
+    with open_dict(cfg):
+        cfg.trainer.max_epochs = max_epochs
+    return run(cfg)
+
+
+def _fake_run(folder, status=None, ckpts=("last.ckpt",)):
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (folder / "checkpoints").mkdir()
+    for name in ckpts:
+        torch.save({"epoch": 1, "callbacks": {}}, folder / "checkpoints" / name)
+    if status:
+        (folder / "results.json").write_text(json.dumps({"status": status}))
+
+
+def test_park_keeps_what_resumes_and_drops_copies_of_finished_runs(tmp_path, tiny_dir):  # noqa: F811
+    src, dest = tmp_path / "out", tmp_path / "parked"
+    live = src / "nbody" / "gnn" / "ep10000" / "seed1"
+    _train(live, tiny_dir, 3)
+    (live / "results.json").unlink()  # as if the run had been stopped after epoch 3 of more
+    (live / "checkpoints" / "stale.ckpt").write_bytes(b"not named by last.ckpt")
+    (live / "csv").mkdir()
+    (live / "csv" / "metrics.csv").write_text("epoch,val/mse\n0,0.5\n")  # as logger=csv writes it
+    _fake_run(src / "nbody" / "gnn" / "ep10000" / "seed0", status="completed")  # finished: collected, not parked
+    _fake_run(src / "nbody" / "egnn" / "seed0", status="failed")  # a failure record is not final: it resumes
+    (src / "nbody" / "gnn" / "ep10000" / "seed1" / "superseded" / "t" / "checkpoints").mkdir(parents=True)
+    torch.save({}, src / "nbody" / "gnn" / "ep10000" / "seed1" / "superseded" / "t" / "checkpoints" / "last.ckpt")
+    assert unfinished_runs(src) == [src / "nbody" / "egnn" / "seed0", live]
+
+    parked, removed = park(src, dest)
+    assert parked == [dest / "nbody" / "egnn" / "seed0", dest / "nbody" / "gnn" / "ep10000" / "seed1"] and not removed
+    copy = dest / "nbody" / "gnn" / "ep10000" / "seed1"
+    best = _checkpoint_state(live / "checkpoints" / "last.ckpt")["best_model_path"]
+    assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == sorted({"last.ckpt", best.rsplit("/", 1)[1]})
+    assert (copy / "csv" / "metrics.csv").read_bytes() == (live / "csv" / "metrics.csv").read_bytes()
+    assert not (copy / "superseded").exists()
+
+    # the run finishes where it runs: parking again deletes its copy (its record is collected instead)
+    (live / "results.json").write_text(json.dumps({"status": "completed"}))
+    parked, removed = park(src, dest)
+    assert removed == [copy] and not copy.exists() and parked == [dest / "nbody" / "egnn" / "seed0"]
+
+
+def test_a_parked_run_resumes_elsewhere_with_its_best_epoch(tmp_path, tiny_dir):  # noqa: F811
+    first = tmp_path / "machine_a" / "run"
+    _train(first, tiny_dir, 3)
+    (first / "results.json").unlink()
+    before = _checkpoint_state(first / "checkpoints" / "last.ckpt")
+    park(tmp_path / "machine_a", tmp_path / "kept")
+    shutil.rmtree(tmp_path / "machine_a")  # the first machine is gone
+
+    second = tmp_path / "machine_b" / "elsewhere" / "run"
+    assert restore(tmp_path / "kept" / "run", second)
+    after = _checkpoint_state(second / "checkpoints" / "last.ckpt")
+    assert after["dirpath"] == str((second / "checkpoints").resolve())
+    assert after["best_model_path"] == str((second / "checkpoints").resolve() / before["best_model_path"].rsplit("/", 1)[1])
+    assert torch.equal(after["best_model_score"], before["best_model_score"])
+    assert list(after["best_k_models"]) == [after["best_model_path"]]
+    assert not restore(tmp_path / "kept" / "run", second)  # never over a run that started in the folder
+    # why the paths move: Lightning's callback, in the new folder, keeps the best score only from a state that
+    # names that folder (from the unmoved one it warns and starts the best-epoch search over)
+    with pytest.warns(UserWarning, match="dirpath has changed"):
+        (unmoved := ModelCheckpoint(dirpath=second / "checkpoints")).load_state_dict(before)
+    moved = ModelCheckpoint(dirpath=(second / "checkpoints").resolve())
+    moved.load_state_dict(after)
+    assert unmoved.best_model_score is None and torch.equal(moved.best_model_score, before["best_model_score"])
+
+    resumed = _train(second, tiny_dir, 5)
+    record = json.loads((second / "results.json").read_text())
+    assert record["status"] == "completed" and record["epochs"] == 5
+    assert record["resumed_from"].endswith("checkpoints/last.ckpt")
+    final = _checkpoint_state(second / "checkpoints" / "last.ckpt")
+    # the best over all 5 epochs, epochs 1-3 (trained on the first machine) included
+    assert final["best_model_score"] <= before["best_model_score"]
+    assert resumed["metrics"]["test/mse"] > 0
+
+
+def test_run_protocol_puts_a_parked_run_back_before_it_resumes(tmp_path):
+    """Given --unfinished, a job with no folder of its own is restored from its parked copy, then started
+    (here the command is recorded, not run); a job that started here is not touched."""
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    import run_protocol
+
+    kept, out = tmp_path / "kept", tmp_path / "out"
+    _fake_run(kept / "nbody" / "gnn" / "ep10000" / "seed1")
+    calls = []
+    original = run_protocol.subprocess.call
+    run_protocol.subprocess.call = lambda cmd, **kw: calls.append(cmd) or 0
+    try:
+        out.mkdir()
+        finished = {("nbody/gnn", 1): threading.Event()}
+        message = run_protocol.run_job(out, "nbody/gnn", 1, [], 1, finished, "ep10000", None, kept)
+        assert message.startswith("done nbody/gnn seed 1") and len(calls) == 1
+        assert (out / "nbody" / "gnn" / "ep10000" / "seed1" / "checkpoints" / "last.ckpt").is_file()
+    finally:
+        run_protocol.subprocess.call = original
+    # the command line that parks: collect_runs.py with --unfinished
+    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "scripts" / "collect_runs.py"), str(out),
+                           str(tmp_path / "records"), "--unfinished", str(tmp_path / "again")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "parked 1 unfinished runs" in proc.stdout
+    assert (tmp_path / "again" / "nbody" / "gnn" / "ep10000" / "seed1" / "checkpoints" / "last.ckpt").is_file()
