@@ -34,6 +34,9 @@
 # stages run side by side on a 2-core machine). OUT (default outputs/reproduction) holds
 # the run folders; a job whose record is kept under COMMITTED (default docs/reproduction/runs) is skipped
 # unless OUT holds a started run of it. On a GPU machine add trainer=gpu through EXTRA, e.g. EXTRA="trainer=gpu" JOBS=1.
+# Lanes: the same stage started N times (JOBS=1 THREADS=1 each) shares its jobs, each run by the first lane to
+# claim it ("busy" in the others): no core waits while a step's last job runs, as JOBS=2 in one process does.
+#   for lane in a b; do (JOBS=1 THREADS=1 setsid nohup scripts/reproduce.sh nbody-paper >> outputs/$lane.log 2>&1 &); done
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Everything below is one function, read whole before it runs: editing this file while a stage runs

@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from canonical_network.records import FINAL_STATUSES, RESULTS_FILE, RunResults, path_from_record, read_results
@@ -63,6 +64,47 @@ def run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads
 def _run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
              finished: dict[tuple[str, int], threading.Event], variant: str,
              committed: Path | None = None, unfinished: Path | None = None) -> str:
+    with job_claim(out, experiment, seed, variant) as holder:
+        if holder is not None:
+            return f"busy {experiment} seed {seed} (run by {holder}: left to it)"
+        return _claimed_job(out, experiment, seed, overrides, threads, finished, variant, committed, unfinished)
+
+
+@contextmanager
+def job_claim(out: Path, experiment: str, seed: int, variant: str = ""):
+    """Claim a job for this process while it runs: yields None when claimed, else who holds it.
+
+    Several ``run_protocol.py`` processes may work through the same jobs (the same stage started in two shells,
+    ``JOBS=1`` each, is two lanes that never leave a core idle while the other still has jobs): each job is run
+    by the first process to claim it, and skipped by the others. The claim is a POSIX lock on
+    ``<out>/.claims/<job>.lock``, outside the run folder, released by the kernel however the process ends."""
+    import fcntl
+    import socket
+
+    path = out / ".claims" / job_dir(Path(), experiment, seed, variant).with_suffix(".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            claimed = True
+        except OSError:
+            claimed = False
+        if not claimed:
+            handle.seek(0)
+            yield handle.read().strip() or "another process"
+            return
+        handle.truncate(0)
+        handle.write(f"process {os.getpid()} on {socket.gethostname()}")
+        handle.flush()
+        try:
+            yield None
+        finally:
+            fcntl.lockf(handle, fcntl.LOCK_UN)
+
+
+def _claimed_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
+                 finished: dict[tuple[str, int], threading.Event], variant: str,
+                 committed: Path | None, unfinished: Path | None) -> str:
     run_dir = job_dir(out, experiment, seed, variant)
     if record := completed(run_dir):
         return f"skip {experiment} seed {seed} ({record['status']})"

@@ -121,3 +121,30 @@ def test_a_committed_record_counts_as_finished_unless_a_run_started_here(tmp_pat
         assert run_protocol.run_job(out, "rotmnist/cnn", 0, [], 1, finished, "", None).startswith("done")
     finally:
         run_protocol.subprocess.call = original
+
+
+def test_two_processes_share_a_stage_each_job_run_once(tmp_path):
+    """The same stage in two processes (two lanes): a job another process has claimed is left to it, not run
+    twice and not counted as a failure; the claim ends with the process that held it."""
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    import run_protocol
+
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    (kept / "rotmnist" / "cnn" / "seed1").mkdir(parents=True)
+    (kept / "rotmnist" / "cnn" / "seed1" / "results.json").write_text(json.dumps({"status": "completed"}))
+    cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--seeds", "0", "1", "--committed", str(kept),
+           "--experiments", "rotmnist/cnn", "--", "debug=fast", "logger=none"]
+    # a POSIX lock is per process, so the other lane is this test process holding seed 0's claim
+    with run_protocol.job_claim(out, "rotmnist/cnn", 0) as holder:
+        assert holder is None
+        proc = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"busy rotmnist/cnn seed 0 (run by process {os.getpid()}" in proc.stdout
+    assert "skip rotmnist/cnn seed 1 (completed, committed in" in proc.stdout
+    assert not (out / "rotmnist" / "cnn" / "seed0").exists() and not (out / "commands.log").exists()
+    # released: a third process may claim it now
+    claim = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import run_protocol, "
+                            "pathlib; c = run_protocol.job_claim(pathlib.Path(sys.argv[2]), 'rotmnist/cnn', 0); "
+                            "print(c.__enter__())", str(PROJECT_ROOT / "scripts"), str(out)],
+                           capture_output=True, text=True, timeout=60)
+    assert claim.stdout.strip() == "None", claim.stdout + claim.stderr
