@@ -468,8 +468,8 @@ nbody/cn_gnn_frozen,nbody/radial_field,nbody/tfn,nbody/se3_transformer" trainer.
     OMP_NUM_THREADS="${COST_THREADS:-1}" "$PY" scripts/protocol_cost.py --device "${COST_DEVICE:-cpu}" \
       --threads "${COST_THREADS:-1}" --output "docs/reproduction/benchmarks/protocol_cost_${COST_DEVICE:-cpu}.json" --resume \
       --markdown ;;
-  report)  # also parks the unfinished runs in UNFINISHED (when set), to resume them on another machine
-    "$PY" scripts/collect_runs.py "$OUT" docs/reproduction/runs ${UNFINISHED:+--unfinished "$UNFINISHED"}
+  report)  # (to carry unfinished runs to another machine: scripts/collect_runs.py … --unfinished, docs/reproducing.md)
+    "$PY" scripts/collect_runs.py "$OUT" docs/reproduction/runs
     "$PY" -m canonical_network.report docs/reproduction/runs --out docs/reproduction --readme README.md ;;
   *)
     awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2 ;;
