@@ -41,11 +41,12 @@ def _model_checkpoint_states(checkpoint: dict) -> list[dict]:
 
 
 def _named_checkpoints(checkpoint: dict) -> set[str]:
-    """File names of the checkpoints that ``checkpoint``'s ModelCheckpoint state refers to (its best ones)."""
+    """File names of the checkpoints that ``checkpoint``'s ModelCheckpoint state keeps in its own folder (its
+    best ones; a path into another folder, such as the run a fine-tuning started from, is not the run's)."""
     names = set()
     for state in _model_checkpoint_states(checkpoint):
         for value in [state.get(k) for k in _PATH_KEYS[1:]] + list(state.get("best_k_models") or {}):
-            if value:
+            if value and state.get("dirpath") and Path(value).parent == Path(state["dirpath"]):
                 names.add(Path(value).name)
     return names
 
