@@ -38,6 +38,7 @@ from canonical_network.records import (
 from canonical_network.utils.checks import ConfigError, check_bool, check_choice
 from canonical_network.utils.compile import compiled_network
 from canonical_network.utils.config import CONFIG_DIR
+from canonical_network.utils.files import exclusive_lock
 from canonical_network.utils.loggers import ResumableCSVLogger
 from canonical_network.utils.run_config import validate_run_config
 from canonical_network.utils.runs import (
@@ -116,33 +117,17 @@ def run_folder_lock(output_dir: Path):
     """Hold an exclusive lock on ``<run dir>/.run.lock`` while a run trains in the folder.
 
     A second run into the same folder (a reused ``hydra.run.dir``, two requeues racing) raises
-    :class:`RunFolderBusy` naming the holder, instead of both writing checkpoints and results. POSIX record
-    locks (``lockf``) are released by the kernel when the holder dies, however it dies, so a killed run never
-    leaves a stale lock; they also work on NFS with a lock manager, as on most Slurm clusters.
+    :class:`RunFolderBusy` naming the holder, instead of both writing checkpoints and results. The lock
+    (``utils.files.exclusive_lock``) ends with its holder, however it ends: a killed run never leaves a stale one.
     """
-    import fcntl
-    import socket
-
     output_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(output_dir / LOCK_FILE, "a+")
-    try:
-        fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise RunFolderBusy(
-            f"run folder {output_dir} is in use by {holder}; wait for that run to end (rerunning then resumes "
-            "it), or give this run another hydra.run.dir"
-        ) from None
-    handle.truncate(0)
-    handle.write(f"process {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-    handle.flush()
-    try:
+    with exclusive_lock(output_dir / LOCK_FILE) as holder:
+        if holder is not None:
+            raise RunFolderBusy(
+                f"run folder {output_dir} is in use by {holder}; wait for that run to end (rerunning then resumes "
+                "it), or give this run another hydra.run.dir"
+            )
         yield
-    finally:
-        fcntl.lockf(handle, fcntl.LOCK_UN)
-        handle.close()
 
 
 class RunFolderFinished(RuntimeError):

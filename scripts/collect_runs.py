@@ -15,7 +15,7 @@ the first.
 
 With ``--unfinished DIR`` the runs that have not finished are copied too, into DIR, with what they need to resume
 on another machine (``canonical_network.utils.unfinished``: ``last.ckpt``, the best checkpoint, metrics, Hydra
-record, ~3 MB an N-body run); copies of runs that have finished since are deleted there.
+record: a few MB an N-body run); copies of runs that have finished since are deleted there.
 ``scripts/run_protocol.py --unfinished DIR`` puts them back into an empty ``--out``:
 
     python scripts/collect_runs.py outputs/reproduction docs/reproduction/runs --unfinished docs/reproduction/unfinished

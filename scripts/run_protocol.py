@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from canonical_network.records import FINAL_STATUSES, RESULTS_FILE, RunResults, path_from_record, read_results
+from canonical_network.utils.files import exclusive_lock
 from canonical_network.utils.unfinished import restore
 
 # Rows that need another row's finished run: (experiment) -> (source experiment, override key).
@@ -78,28 +79,10 @@ def job_claim(out: Path, experiment: str, seed: int, variant: str = ""):
     ``JOBS=1`` each, is two lanes that never leave a core idle while the other still has jobs): each job is run
     by the first process to claim it, and skipped by the others. The claim is a POSIX lock on
     ``<out>/.claims/<job>.lock``, outside the run folder, released by the kernel however the process ends."""
-    import fcntl
-    import socket
-
     path = out / ".claims" / job_dir(Path(), experiment, seed, variant).with_suffix(".lock")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        try:
-            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            claimed = True
-        except OSError:
-            claimed = False
-        if not claimed:
-            handle.seek(0)
-            yield handle.read().strip() or "another process"
-            return
-        handle.truncate(0)
-        handle.write(f"process {os.getpid()} on {socket.gethostname()}")
-        handle.flush()
-        try:
-            yield None
-        finally:
-            fcntl.lockf(handle, fcntl.LOCK_UN)
+    with exclusive_lock(path) as holder:
+        yield holder
 
 
 def _claimed_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -52,3 +53,34 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object], *
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """``Path(path).write_text(text)`` (UTF-8), atomically."""
     return atomic_write(path, lambda stream: stream.write(text.encode("utf-8")))
+
+
+@contextmanager
+def exclusive_lock(path: Path | str) -> Iterator[str | None]:
+    """Try to hold an exclusive POSIX lock on ``path`` (created if missing) for the ``with`` block.
+
+    Yields ``None`` while this process holds it (the file then names the holder: process, host, since when),
+    or, without waiting, what the file says of the process that holds it. POSIX record locks (``lockf``) are
+    released by the kernel when the holder ends, however it ends, so a killed holder never leaves a stale lock;
+    they work on NFS with a lock manager, as on most Slurm clusters."""
+    import fcntl
+    import socket
+    import time
+
+    with open(path, "a+") as handle:
+        try:
+            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = True
+        except OSError:
+            held = False
+        if not held:
+            handle.seek(0)
+            yield handle.read().strip() or "another process"
+            return
+        handle.truncate(0)
+        handle.write(f"process {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        handle.flush()
+        try:
+            yield None
+        finally:
+            fcntl.lockf(handle, fcntl.LOCK_UN)
