@@ -259,10 +259,32 @@ def dress_rehearsal(path: Path = DRESS_REHEARSAL) -> list[str]:
 POINTCLOUD_OVERHEAD = PROJECT_ROOT / "docs" / "benchmarks" / "pointcloud_inference_1024.json"
 
 
-def pointcloud_overhead(path: Path = POINTCLOUD_OVERHEAD) -> list[str]:
+def _overhead_run_row(name: str, record: dict) -> str:
+    """One run of the overhead benchmark in a line: when, where, its paired ratio and canonicalizer share of
+    the variant issue 37 bounds (with their 95 % intervals) and the verdict."""
+    key, bound = next(iter(record.get("cpu_overhead", {}).items()), (None, None))
+    cells = [f"`{name}`", record["created"][:16].replace("T", " "), record["environment"]["machine"],
+             str(record["environment"]["load_average_1min"]), str(record["settings"]["repeats"])]
+    if key is None:
+        return "| " + " | ".join(cells + ["–"] * 4) + " |"
+    backbone, variant = key.split("/")
+    ratio, ratio_interval = record["paired_cpu_ratios"][backbone][variant], record["paired_cpu_intervals"][backbone][variant]
+    parts = record["components"]
+    share, share_interval = parts[f"{key}/canonicalizer"]["share_of_vanilla"], parts[f"{key}/canonicalizer"]["share_interval"]
+    knn_share = parts[f"{key}/knn"]["share_of_vanilla"] if f"{key}/knn" in parts else None
+    cells += [f"{ratio:.3f} ({ratio_interval[0]:.3f}–{ratio_interval[1]:.3f})",
+              f"{1 + share:.3f} ({1 + share_interval[0]:.3f}–{1 + share_interval[1]:.3f})",
+              "–" if knn_share is None else f"{knn_share:.3f}",
+              f"≤ {bound['max']:.2f} {'met' if bound['met'] else 'not shown'}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def pointcloud_overhead(path: Path = POINTCLOUD_OVERHEAD, reruns: list[Path] | None = None) -> list[str]:
     """Each timed model's median time and its ratio to the vanilla network of the same run, and how the
-    record was made."""
+    record was made; then one line per kept run of the same benchmark (``reruns``, by default the files
+    ``<stem>_rerun*.json`` beside ``path``), since runs on one machine differ by more than one run's intervals."""
     record = json.loads(path.read_text())
+    reruns = sorted(path.parent.glob(f"{path.stem}_rerun*.json")) if reruns is None else reruns
     env, settings = record["environment"], record["settings"]
     cpu = all("cpu_time" in row for row in record["rows"])  # CPU time: records made since it is measured
     header = f"| model | median time ({record['time_of']}) | ratio to its vanilla network, same run |"
@@ -273,12 +295,21 @@ def pointcloud_overhead(path: Path = POINTCLOUD_OVERHEAD) -> list[str]:
         if cpu:
             line += f" {row['cpu_time']:,.1f} {record['unit']} | {row['cpu_ratio']:.3f}× |"
         lines.append(line)
+    def interval(pair: list[float] | None) -> str:  # records made since the 95 % intervals are kept
+        return "" if not pair else f" (95 % interval {pair[0]:.3f}–{pair[1]:.3f})"
+
     paired = record.get("paired_cpu_ratios", {})
+    intervals = record.get("paired_cpu_intervals", {})
+    has_intervals = any(pair for per in intervals.values() for pair in per.values())
     if paired:  # records made with the paired ratios: per repeat, then the median
         lines += ["", "CPU-time ratio paired within each repeat (the model's CPU time over the vanilla network's in "
-                  "the same repeat, median over repeats): " + "; ".join(
-                      f"{row['model']} {paired[row['key'].split('/')[0]][row['key'].split('/')[1]]:.3f}×"
-                      for row in record["rows"] if row["key"] != row["baseline"]) + "."]
+                  "the same repeat, median over repeats" + (", with a distribution-free 95 % interval for the "
+                                                            "median: order statistics" if has_intervals else "") + "): "
+                  + "; ".join(
+                      f"{row['model']} {paired[backbone][variant]:.3f}×"
+                      + interval(intervals.get(backbone, {}).get(variant))
+                      for row in record["rows"] if row["key"] != row["baseline"]
+                      for backbone, variant in [row["key"].split("/")]) + "."]
     components = record.get("components", {})
     if components:  # --components: where a canonicalized model's extra time goes
         lines += ["", "| part, timed alone in the same repeats | median CPU time | share of the vanilla pass, paired |",
@@ -288,7 +319,13 @@ def pointcloud_overhead(path: Path = POINTCLOUD_OVERHEAD) -> list[str]:
             model = next(row["model"] for row in record["rows"] if row["key"] == f"{backbone}/{variant}")
             label = "its canonicalizer (frame and canonical cloud)" if what == "canonicalizer" else "its kNN graph"
             lines.append(f"| {model}: {label} | {part['median_cpu_seconds']:,.2f} {record['unit']} "
-                         f"| {part['share_of_vanilla']:.3f} |")
+                         f"| {part['share_of_vanilla']:.3f}{interval(part.get('share_interval'))} |")
+    for key, bound in record.get("cpu_overhead", {}).items():  # issue 37's CPU bound
+        model = next(row["model"] for row in record["rows"] if row["key"] == key)
+        lines += ["", f"{model} against its vanilla network on this CPU, bound ≤ {bound['max']:.2f}: "
+                  + ("**met**" if bound["met"] else "**not shown**")
+                  + f" (the larger upper end of the two 95 % intervals, the paired ratio's and 1 + the "
+                  f"canonicalizer's share, is {bound['upper']:.3f})."]
     lines += [
         "",
         f"Made {record['created'][:10]} by `{record['command']}` on {env['machine']}, {settings['threads']} torch "
@@ -296,6 +333,13 @@ def pointcloud_overhead(path: Path = POINTCLOUD_OVERHEAD) -> list[str]:
         f"{settings['source']} clouds × {settings['points']:,} points, batch {settings['batch_size']}, "
         f"{settings['repeats']} repeats of every model in turn (interleaved), {settings['warmup']} of warm-up.",
     ]
+    if reruns:
+        lines += ["", "Every kept run of this benchmark (the first is the one above; the same command, "
+                  "`--json` aside), for the bounded variant: its CPU-time ratio paired within each repeat, 1 + its "
+                  "canonicalizer's share and its kNN graph's share of the vanilla pass (medians, 95 % intervals):",
+                  "", "| record | made (UTC) | machine | load at start | repeats | paired ratio | 1 + canonicalizer "
+                  "share | kNN share | bound |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+        lines += [_overhead_run_row(p.name, json.loads(p.read_text())) for p in [path, *reruns]]
     return lines
 
 

@@ -28,6 +28,7 @@ numbers). Absolute times on different hardware do not compare; the ratios, each 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 from datetime import UTC, datetime
@@ -88,6 +89,26 @@ def timing_record(script: str, argv: list[str], load_start: float | None, **fiel
     return {"created": datetime.now(UTC).isoformat(timespec="seconds"), "command": command_line(script, argv),
             "machine": environment()["machine"], "torch": torch.__version__, "threads": torch.get_num_threads(),
             **fields, "load_start": load_start, "load_end": load_average()}
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free confidence interval for the median of the population ``values`` were drawn from
+    (independent draws): the order statistics ``(x_(j), x_(n+1-j))`` with the largest ``j`` whose coverage
+    ``1 - 2 P(Bin(n, 1/2) < j)`` is at least ``confidence``. ``None`` when ``n`` is too small for any ``j``
+    (fewer than 6 values at 95 %). Timing repeats are not quite independent (a machine drifts), which is why
+    the benchmarks pair each model's time with the baseline's of the same repeat before taking it."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    ordered = sorted(values)
+    n = len(ordered)
+    best = None
+    below = 0.0  # P(Bin(n, 1/2) < j), j = 1, 2, ...
+    for j in range(1, n // 2 + 1):
+        below += math.comb(n, j - 1) / 2**n
+        if 1 - 2 * below < confidence:
+            break
+        best = j
+    return None if best is None else (ordered[best - 1], ordered[n - best])
 
 
 def display_path(path: str | Path) -> str:

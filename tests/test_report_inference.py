@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -213,6 +214,47 @@ def test_pointcloud_benchmark_json_has_what_the_report_reads(tmp_path):
     text = "\n".join(pointcloud_overhead(out))
     assert "PointNet, CN(L), kNN edge input (the paper's): its kNN graph |" in text
     assert "CPU-time ratio paired within each repeat" in text
+    # one repeat: no interval for a median, so no verdict on issue 37's CPU bound either
+    assert record["paired_cpu_intervals"]["PointNet"]["cn_linear"] is None
+    assert parts["PointNet/cn_linear/canonicalizer"]["share_interval"] is None
+    assert "cpu_overhead" not in record and "95 % interval" not in text and "bound ≤" not in text
+    # with intervals, the block states them and the verdict the record holds
+    record["paired_cpu_intervals"]["PointNet"]["cn_linear"] = [1.03, 1.06]
+    parts["PointNet/cn_linear/canonicalizer"]["share_interval"] = [0.05, 0.07]
+    record["cpu_overhead"] = {"PointNet/cn_linear": {"max": 1.1, "upper": 1.07, "met": True}}
+    out.write_text(json.dumps(record))
+    text = "\n".join(pointcloud_overhead(out))
+    assert "(95 % interval 1.030–1.060)" in text and "| 0.050–0.070 |" not in text
+    assert "(95 % interval 0.050–0.070) |" in text
+    assert "bound ≤ 1.10: **met** (the larger upper end of the two 95 % intervals" in text and "is 1.070)" in text
+    assert "Every kept run" not in text  # no rerun beside it
+    # a rerun kept beside the record joins the runs table, each run with its own verdict
+    record["cpu_overhead"]["PointNet/cn_linear"] = {"max": 1.1, "upper": 1.12, "met": False}
+    (tmp_path / f"{out.stem}_rerun1.json").write_text(json.dumps(record))
+    rows = [line for line in pointcloud_overhead(out) if line.startswith("| `")]
+    assert [row.split(" | ")[0] for row in rows] == [f"| `{out.name}`", f"| `{out.stem}_rerun1.json`"]
+    share = 1 + parts["PointNet/cn_linear/canonicalizer"]["share_of_vanilla"]
+    assert rows[0].endswith("| ≤ 1.10 met |") and rows[1].endswith("| ≤ 1.10 not shown |")
+    assert f"| {share:.3f} (1.050–1.070) |" in rows[0]
+
+
+def test_median_interval_is_the_order_statistic_interval_with_the_stated_coverage():
+    from canonical_network.report_inference import median_interval
+
+    def coverage(n: int, j: int) -> float:  # P(x_(j) <= median <= x_(n+1-j)) = 1 - 2 P(Bin(n, 1/2) < j)
+        return 1 - 2 * sum(math.comb(n, i) for i in range(j)) / 2**n
+
+    assert median_interval([3.0, 1.0, 2.0, 5.0, 4.0]) is None  # n = 5: even (min, max) covers only 93.75 %
+    assert median_interval([6.0, 1.0, 2.0, 5.0, 4.0, 3.0]) == (1.0, 6.0)
+    for n in (6, 11, 21, 40):
+        values = [float(v) for v in reversed(range(n))]  # unsorted input
+        low, high = median_interval(values)
+        j = int(low) + 1
+        assert high == n - j  # symmetric order statistics
+        assert coverage(n, j) >= 0.95 > coverage(n, j + 1)  # the narrowest with the coverage
+    assert median_interval(list(range(11))) == (1, 9) and median_interval(list(range(21))) == (5, 15)
+    with pytest.raises(ValueError, match="confidence must lie in"):
+        median_interval([1.0] * 10, confidence=1.5)
 
 
 def test_image_rows_pair_each_gcnn_with_the_cn_of_its_order():

@@ -131,6 +131,14 @@ def _exact_rows(
     return keys & 0xFFFFFFFF
 
 
+def _sort_keys(x: torch.Tensor) -> torch.Tensor:
+    """int32 keys that order like the float32 values ``x`` (not NaN): the bit patterns of the non-negative
+    values, those of the negative ones with all but the sign bit flipped. torch's CPU sort is about a third
+    faster on them. (-0.0 comes just before +0.0.)"""
+    bits = x.view(torch.int32)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
 def _kd_order(points: torch.Tensor, levels: int) -> torch.Tensor:
     """``(B, N)``: a permutation per cloud that makes ``2**levels`` k-d leaves contiguous (each split halves
     a part along its widest axis)."""
@@ -144,7 +152,7 @@ def _kd_order(points: torch.Tensor, levels: int) -> torch.Tensor:
         part = current.view(b, d, parts, size)
         axis = (part.amax(3) - part.amin(3)).argmax(1)  # (B, parts)
         coordinate = torch.gather(part, 1, axis.view(b, 1, parts, 1).expand(b, 1, parts, size)).view(b, parts, size)
-        order = coordinate.argsort(dim=-1, stable=True)
+        order = _sort_keys(coordinate).argsort(dim=-1, stable=True)
         perm = torch.gather(perm.reshape(b, parts, size), 2, order).reshape(b, n)
         current = torch.gather(part, 3, order.unsqueeze(1).expand(b, d, parts, size)).view(b, d, n)
     return perm
@@ -218,8 +226,14 @@ def _knn_pruned(
         diagonal = torch.arange(size, device=device)
         approx.view(b, leaves, size, width)[:, :, diagonal, diagonal] = float("inf")
     # the k + 1 nearest candidates, unsorted (sorting them costs more than the two largest): the (k+1)-th is
-    # the largest of them, the k-th the second largest, and the k nearest are the rest
-    values, slots = approx.topk(k + 1, dim=-1, largest=False, sorted=False)
+    # the largest of them, the k-th the second largest, and the k nearest are the rest. Selected on the
+    # int32 bit patterns of the clamped values: those of floats >= +0 order as the floats do, and torch's CPU
+    # topk is about a third cheaper on int32 than on float32 (it orders NaNs there). Clamping at 0 moves no
+    # value farther from its squared distance (>= 0), so the bound ``delta`` holds; +0.0 added turns -0.0
+    # (bits 0x80000000, the smallest int32) into +0.0.
+    keys = approx.clamp_min_(0.0).add_(0.0).view(torch.int32)
+    values, slots = keys.topk(k + 1, dim=-1, largest=False, sorted=False)
+    values = values.view(torch.float32)
     # the two largest of them by two max reductions (cheaper than topk(2) on these short rows)
     farthest, last = values.max(dim=-1, keepdim=True)  # the (k+1)-th and its place
     kth = values.scatter(-1, last, float("-inf")).amax(-1)
