@@ -132,3 +132,19 @@ def test_unordered_rows_hold_the_same_neighbour_sets(kind, points, k, include_se
     unordered = knn(x.transpose(1, 2), k, include_self=include_self, compute_mode=EXACT, ordered=False)
     assert unordered.shape == ordered.shape
     assert torch.equal(unordered.sort(dim=-1).values, ordered.sort(dim=-1).values)
+
+
+def test_int32_sort_keys_order_like_the_floats():
+    """The k-d order sorts coordinates by ``_sort_keys``: int32 keys that must order exactly as the float32
+    values do (negative and positive, tiny and huge, infinities), or the leaves would not be k-d leaves."""
+    from canonical_network.nn.knn import _sort_keys
+
+    gen = torch.Generator().manual_seed(0)
+    values = torch.cat([torch.randn(4000, generator=gen) * 10.0 ** torch.randint(-30, 30, (4000,), generator=gen),
+                        torch.tensor([float("inf"), float("-inf"), 1e-45, -1e-45, 3.4e38, -3.4e38, 0.0])])
+    keys = _sort_keys(values)
+    assert keys.dtype == torch.int32
+    assert torch.equal(values[keys.argsort(stable=True)], values.sort(stable=True).values)
+    # strictly monotone: distinct values get distinct keys in the same order
+    order = values.argsort(stable=True)
+    assert bool((keys[order][1:] > keys[order][:-1]).all())
