@@ -315,16 +315,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{b:10s} " + "  ".join(f"{v} {value:.3f}" for v, value in r.items()))
     # per repeat, each model's CPU time over the vanilla network's in the same repeat, then the median: a
     # drift of the machine between repeats cancels
-    paired_cpu_ratios = {
-        b: {v: statistics.median(c / base for c, base in zip(per[v], per["vanilla"], strict=True)) for v in per}
-        for b, per in cpu_seconds.items()
-    }
+    paired = {b: {v: [c / base for c, base in zip(per[v], per["vanilla"], strict=True)] for v in per}
+              for b, per in cpu_seconds.items()}
+    paired_cpu_ratios = {b: {v: statistics.median(r) for v, r in per.items()} for b, per in paired.items()}
     # and a distribution-free 95 % interval for that median (order statistics; None below 6 repeats)
-    paired_cpu_intervals = {
-        b: {v: median_interval([c / base for c, base in zip(per[v], per["vanilla"], strict=True)])
-            for v in per if v != "vanilla"}
-        for b, per in cpu_seconds.items()
-    }
+    paired_cpu_intervals = {b: {v: median_interval(r) for v, r in per.items() if v != "vanilla"}
+                            for b, per in paired.items()}
 
     def interval_text(interval: tuple[float, float] | None) -> str:
         return "" if interval is None else f" (95 % interval {interval[0]:.3f}-{interval[1]:.3f})"

@@ -133,8 +133,8 @@ def _exact_rows(
 
 def _sort_keys(x: torch.Tensor) -> torch.Tensor:
     """int32 keys that order like the float32 values ``x`` (not NaN): the bit patterns of the non-negative
-    values, those of the negative ones with all but the sign bit flipped. torch's CPU sort is about a third
-    faster on them. (-0.0 comes just before +0.0.)"""
+    values, those of the negative ones with all but the sign bit flipped. torch's CPU sort was cheaper
+    on them where measured. (-0.0 comes just before +0.0.)"""
     bits = x.view(torch.int32)
     return bits ^ ((bits >> 31) & 0x7FFFFFFF)
 
@@ -228,9 +228,9 @@ def _knn_pruned(
     # the k + 1 nearest candidates, unsorted (sorting them costs more than the two largest): the (k+1)-th is
     # the largest of them, the k-th the second largest, and the k nearest are the rest. Selected on the
     # int32 bit patterns of the clamped values: those of floats >= +0 order as the floats do, and torch's CPU
-    # topk is about a third cheaper on int32 than on float32 (it orders NaNs there). Clamping at 0 moves no
-    # value farther from its squared distance (>= 0), so the bound ``delta`` holds; +0.0 added turns -0.0
-    # (bits 0x80000000, the smallest int32) into +0.0.
+    # topk was cheaper on int32 than on float32 where measured (docs/measurements.md). Clamping
+    # at 0 moves no value farther from its squared distance (>= 0), so the bound ``delta`` holds; +0.0 added
+    # turns -0.0 (bits 0x80000000, the smallest int32) into +0.0.
     keys = approx.clamp_min_(0.0).add_(0.0).view(torch.int32)
     values, slots = keys.topk(k + 1, dim=-1, largest=False, sorted=False)
     values = values.view(torch.float32)
