@@ -25,7 +25,10 @@ A block sits between ``<!-- generated:<name> -->`` and ``<!-- /generated:<name> 
   ``docs/reproduction/benchmarks/symmetrization_cost.json``;
 * ``compile-nbody``: what ``compile=true`` saves on an N-body training epoch, and how far it moves the numbers
   (``docs/measurements.md``), from the record ``scripts/benchmark_compile.py`` wrote to
-  ``docs/benchmarks/compile_nbody.json``.
+  ``docs/benchmarks/compile_nbody.json``;
+* ``shapes40-difficulty``: how hard the embedded point-cloud sets are for a non-learned z-invariant descriptor,
+  beside DGCNN's runs (``docs/measurements.md``), from the record ``scripts/shapes40_difficulty.py`` wrote to
+  ``docs/benchmarks/shapes40_difficulty.json``.
 """
 
 from __future__ import annotations
@@ -427,6 +430,56 @@ def tensor_field_step(path: Path = TENSOR_FIELD_STEP) -> list[str]:
     return lines
 
 
+#: the record the ``shapes40-difficulty`` block renders (``scripts/shapes40_difficulty.py --json``)
+SHAPES40_DIFFICULTY = PROJECT_ROOT / "docs" / "benchmarks" / "shapes40_difficulty.json"
+
+#: what each setting of ``scripts/shapes40_difficulty.py`` is, in words
+_SETTING_NAMES = {"shapes7_256": "7 classes (`synthetic_shapes`), the `pointclouds-cpu` budget",
+                  "shapes40_256": "40 classes (`synthetic_shapes40`), the `pointclouds-cpu` budget",
+                  "shapes40_1024": "40 classes (`synthetic_shapes40`), its defaults: the band's setting"}
+
+
+def _accuracy_cell(accuracy: list[float]) -> str:
+    """``"0.937 (0.931-0.940, n 3)"``: the mean test accuracy over forest seeds and its range."""
+    mean = f"{sum(accuracy) / len(accuracy):.3f}"
+    return mean + (f" ({min(accuracy):.3f}-{max(accuracy):.3f}, n {len(accuracy)})" if len(accuracy) > 1 else " (n 1)")
+
+
+def shapes40_difficulty(path: Path = SHAPES40_DIFFICULTY, knobs: list[Path] | None = None) -> list[str]:
+    """Per data setting: the z-invariant descriptor's test accuracy with extremely randomised trees (mean and
+    range over forest seeds) beside the DGCNN runs under z/z found on the same data; how it was made; then one
+    row per kept run of the script with a difficulty knob moved (``shapes40_difficulty_knob_*.json`` beside the
+    record, ``knobs``)."""
+    record = json.loads(path.read_text())
+    if knobs is None:
+        knobs = sorted(path.parent.glob(path.stem + "_knob_*.json"))
+    lines = ["| data | points, training / test clouds | descriptor + extra trees, test acc. (seeds) "
+             "| DGCNN under z/z, test acc. (runs) |", "|---|---|---|---|"]
+    for name, row in record["settings"].items():
+        floor = _accuracy_cell(row["accuracy"])
+        runs = "; ".join(f"{run['test_acc']:.3f} (seed {run['seed']}, {run['epochs']} epochs)"
+                         for run in row["dgcnn_runs"]) or "none yet"
+        extra = row["extra"]
+        lines.append(f"| {_SETTING_NAMES.get(name, name)}" + (f", `{' '.join(extra)}`" if extra else "")
+                     + f" | {row['points']:,}, {row['train']:,} / {row['test']:,} | {floor} | {runs} |")
+    lines += ["", f"Made {record['created'][:10]} by `{record['command']}` on {record['machine']}, "
+                  f"{record['threads']} thread(s): {record['trees']} trees a forest, one forest per seed on fixed "
+                  f"data (`data.data_seed=0`, test split turned about z); "
+                  f"{next(iter(record['settings'].values()))['features']} features a cloud (quantiles, covariance "
+                  f"eigenvalues, {record['slabs']} height slabs). DGCNN runs: the records under "
+                  "`docs/reproduction/runs` and `outputs/` at the same data, points and training-set size."]
+    if knobs:
+        lines += ["", "One knob moved from the defaults (each a run of the script with `--extra <override>`, kept as "
+                      f"`{path.stem}_knob_*.json` beside the record):", "",
+                  "| setting | override | descriptor + extra trees, test acc. (seeds) | made |", "|---|---|---|---|"]
+        for knob in knobs:
+            other = json.loads(knob.read_text())
+            for name, row in other["settings"].items():
+                lines.append(f"| {_SETTING_NAMES.get(name, name)} | `{' '.join(row['extra'])}` | "
+                             f"{_accuracy_cell(row['accuracy'])} | {other['created'][:10]}, {other['machine']} |")
+    return lines
+
+
 GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups, "experiments": experiments,
                                                    "paper-rows": paper_rows, "api-example": api_example,
                                                    "permutation-cost": permutation_cost, "protocol-cost": protocol_cost,
@@ -434,7 +487,8 @@ GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups
                                                    "pointcloud-overhead": pointcloud_overhead,
                                                    "symmetrization-cost": symmetrization_cost,
                                                    "compile-nbody": compile_nbody,
-                                                   "tensor-field-step": tensor_field_step}
+                                                   "tensor-field-step": tensor_field_step,
+                                                   "shapes40-difficulty": shapes40_difficulty}
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 
