@@ -467,7 +467,7 @@ def shapes40_difficulty(path: Path = SHAPES40_DIFFICULTY, knobs: list[Path] | No
                   f"data (`data.data_seed=0`, test split turned about z); "
                   f"{next(iter(record['settings'].values()))['features']} features a cloud (quantiles, covariance "
                   f"eigenvalues, {record['slabs']} height slabs). DGCNN runs: the records under "
-                  "`docs/reproduction/runs` and `outputs/` at the same data, points and training-set size."]
+                  "`docs/reproduction/runs` and `outputs/` whose data config is the setting's (all but the loader's keys)."]
     if knobs:
         lines += ["", "One knob moved from the defaults (each a run of the script with `--extra <override>`, kept as "
                       f"`{path.stem}_knob_*.json` beside the record):", "",

@@ -22,9 +22,9 @@ Settings (``--settings``):
   band's setting.
 
 Each setting is fitted once per forest seed (``--seeds``), the data fixed (``data.data_seed=0``); the record
-gives the test accuracy of each, and, per setting, the DGCNN runs under z/z at the same data, points and
-training-set size found under ``--runs`` (their ``results.json``: ``test/acc``, epochs, seed), so that the floor
-and the learned model stand side by side. The record (``--json``) is what ``python -m canonical_network.docs_blocks``
+gives the test accuracy of each, and, per setting, the DGCNN runs found under ``--runs`` whose recorded data
+config is the setting's (generator, difficulty knobs, sizes, seed, z/z; their ``results.json``: ``test/acc``,
+epochs, seed), so that the reference and the learned model stand side by side. The record (``--json``) is what ``python -m canonical_network.docs_blocks``
 renders into the ``shapes40-difficulty`` block of ``docs/measurements.md``.
 """
 
@@ -56,6 +56,8 @@ TREES = 400
 
 def features(points: np.ndarray, chunk: int = 256) -> np.ndarray:
     """:func:`cloud_features` of ``points`` (N, P, 3), ``chunk`` clouds at a time (bounded memory)."""
+    if np.ndim(points) != 3 or np.shape(points)[0] == 0:
+        raise ValueError(f"points must have shape (N, P, 3) with N >= 1; got {np.shape(points)}")
     return np.concatenate([cloud_features(points[i:i + chunk]) for i in range(0, len(points), chunk)])
 
 
@@ -99,14 +101,26 @@ def cloud_features(points: np.ndarray) -> np.ndarray:
     return np.concatenate(parts, axis=1)
 
 
-def split_arrays(overrides: tuple[str, ...] | list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """The training and test clouds and labels of a setting, as its training runs would see them."""
-    import hydra
+#: DataLoader settings: they do not change the clouds, so a run may differ from the setting in them
+LOADER_KEYS = ("batch_size", "num_workers", "pin_memory")
+
+
+def data_config(overrides: tuple[str, ...] | list[str]) -> dict:
+    """The setting's ``data`` config, composed as the training runs compose it (``experiment=modelnet/dgcnn``,
+    the z/z protocol, ``data.data_seed=0``), resolved to plain values."""
+    from omegaconf import OmegaConf
 
     from canonical_network.utils.config import compose_experiment
 
     cfg = compose_experiment(["experiment=modelnet/dgcnn", *overrides, "data.rotation=z/z", "data.data_seed=0"])
-    data = hydra.utils.instantiate(cfg.data)
+    return OmegaConf.to_container(cfg.data, resolve=True)
+
+
+def split_arrays(data_cfg: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The training and test clouds and labels of a ``data`` config (:func:`data_config`), as its runs see them."""
+    import hydra
+
+    data = hydra.utils.instantiate(data_cfg)
     data.setup("fit")
     data.setup("test")
     out = {}
@@ -116,12 +130,12 @@ def split_arrays(overrides: tuple[str, ...] | list[str]) -> dict[str, tuple[np.n
     return out
 
 
-def dgcnn_runs(folders: list[Path], overrides: tuple[str, ...]) -> list[dict]:
-    """The finished DGCNN runs under z/z (``modelnet/dgcnn``) on the setting's data, points and training-set size."""
+def dgcnn_runs(folders: list[Path], data_cfg: dict) -> list[dict]:
+    """The finished DGCNN runs (``modelnet/dgcnn``) whose recorded ``data`` config equals ``data_cfg`` in every
+    key but the loader's (:data:`LOADER_KEYS`): the same generator, difficulty, sizes, seed and z/z protocol."""
     from canonical_network.records import find_results, read_results
 
-    want = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides}
-    name = want.get("data", "synthetic_shapes40")
+    want = {k: v for k, v in data_cfg.items() if k not in LOADER_KEYS}
     found, seen = [], set()
     for folder in folders:
         if not folder.is_dir():
@@ -134,11 +148,7 @@ def dgcnn_runs(folders: list[Path], overrides: tuple[str, ...]) -> list[dict]:
             data = record.get("config", {}).get("data", {})
             if (record.get("experiment") != "modelnet/dgcnn" or record.get("status") != "completed"
                     or "test/acc" not in record.get("metrics", {})
-                    or not str(data.get("_target_", "")).endswith(
-                        "SyntheticShapes40DataModule" if name == "synthetic_shapes40" else "SyntheticShapesDataModule")
-                    or data.get("rotation") != "z/z"
-                    or str(data.get("num_points")) != want.get("data.num_points", "1024")
-                    or str(data.get("num_train")) != want.get("data.num_train", "4000")):
+                    or any(data.get(key) != value for key, value in want.items())):
                 continue
             key = (record.get("seed"), record.get("epochs"), json.dumps(record.get("overrides")))
             if key in seen:  # the committed copy of a run and its run folder
@@ -157,7 +167,8 @@ def measure(name: str, seeds: list[int], trees: int, folders: list[Path], extra:
 
     overrides = (*SETTINGS[name], *extra)
     start = time.process_time()
-    arrays = split_arrays(overrides)
+    data_cfg = data_config(overrides)
+    arrays = split_arrays(data_cfg)
     (train_x, train_y), (test_x, test_y) = ((features(p), y) for p, y in (arrays["train"], arrays["test"]))
     feature_s = time.process_time() - start
     accuracies = []
@@ -168,7 +179,7 @@ def measure(name: str, seeds: list[int], trees: int, folders: list[Path], extra:
             "points": int(arrays["train"][0].shape[1]), "train": int(len(train_y)), "test": int(len(test_y)),
             "features": int(train_x.shape[1]), "seeds": seeds, "accuracy": accuracies,
             "feature_cpu_s": round(feature_s, 1), "total_cpu_s": round(time.process_time() - start, 1),
-            "dgcnn_runs": dgcnn_runs(folders, overrides)}
+            "dgcnn_runs": dgcnn_runs(folders, data_cfg)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,35 +63,47 @@ def test_descriptor_chunks_agree_and_bad_shapes_are_named(clouds):
         script.features(clouds[..., :2])
     with pytest.raises(ValueError, match="at least 8 points"):
         script.features(clouds[:, :4])
+    with pytest.raises(ValueError, match="N >= 1"):
+        script.features(clouds[:0])
 
 
-def _record(run_dir, experiment="modelnet/dgcnn", status="completed", rotation="z/z", points=256, train=1000,
-            target="canonical_network.data.synthetic_shapes40.SyntheticShapes40DataModule", seed=0, acc=0.5):
+@pytest.fixture(scope="module")
+def data_configs() -> dict[str, dict]:
+    script = _module()
+    return {name: script.data_config(overrides) for name, overrides in script.SETTINGS.items()}
+
+
+def _record(run_dir, data: dict, experiment="modelnet/dgcnn", status="completed", seed=0, acc=0.5, **changes):
     run_dir.mkdir(parents=True)
     record = {"experiment": experiment, "status": status, "seed": seed, "epochs": 5, "overrides": [str(run_dir.name)],
               "metrics": {"test/acc": acc}, "fit_time_s": 1.0, "environment": {"machine": "test"},
-              "config": {"data": {"_target_": target, "rotation": rotation, "num_points": points, "num_train": train}}}
+              "config": {"data": {**data, **changes}}}
     (run_dir / "results.json").write_text(json.dumps(record))
 
 
-def test_finds_exactly_the_settings_dgcnn_runs(tmp_path):
+def test_finds_exactly_the_settings_dgcnn_runs(tmp_path, data_configs):
     script = _module()
-    _record(tmp_path / "a" / "seed0", acc=0.61)
-    _record(tmp_path / "a" / "seed1", seed=1, acc=0.63)
-    _record(tmp_path / "copy" / "seed0", acc=0.61)  # the committed copy of seed 0: counted once
+    s40 = data_configs["shapes40_256"]
+    _record(tmp_path / "a" / "seed0", s40, acc=0.61)
+    _record(tmp_path / "a" / "seed1", s40, seed=1, acc=0.63, batch_size=16)  # a loader setting: the same clouds
+    _record(tmp_path / "copy" / "seed0", s40, acc=0.61)  # the committed copy of seed 0: counted once
     (tmp_path / "copy" / "seed0" / "results.json").write_text(
         (tmp_path / "a" / "seed0" / "results.json").read_text())
-    _record(tmp_path / "b" / "so3", rotation="so3/so3")
-    _record(tmp_path / "b" / "pts1024", points=1024)
-    _record(tmp_path / "b" / "n4000", train=4000)
-    _record(tmp_path / "b" / "failed", status="failed")
-    _record(tmp_path / "b" / "cn", experiment="modelnet/cn_nl_dgcnn")
-    _record(tmp_path / "b" / "seven", target="canonical_network.data.synthetic_shapes.SyntheticShapesDataModule")
-    found = script.dgcnn_runs([tmp_path, tmp_path / "missing"], script.SETTINGS["shapes40_256"])
+    _record(tmp_path / "b" / "so3", s40, rotation="so3/so3")
+    _record(tmp_path / "b" / "pts1024", s40, num_points=1024)
+    _record(tmp_path / "b" / "n4000", s40, num_train=4000)
+    _record(tmp_path / "b" / "knob", s40, part_dropout=0.6)  # another difficulty: not the setting's data
+    _record(tmp_path / "b" / "data_seed", s40, data_seed=1)
+    _record(tmp_path / "b" / "failed", s40, status="failed")
+    _record(tmp_path / "b" / "cn", s40, experiment="modelnet/cn_nl_dgcnn")
+    _record(tmp_path / "b" / "seven", data_configs["shapes7_256"])
+    found = script.dgcnn_runs([tmp_path, tmp_path / "missing"], s40)
     assert [(r["seed"], r["test_acc"]) for r in found] == [(0, 0.61), (1, 0.63)]
-    seven = script.dgcnn_runs([tmp_path], script.SETTINGS["shapes7_256"])
+    seven = script.dgcnn_runs([tmp_path], data_configs["shapes7_256"])
     assert [r["record"].endswith("seven/results.json") for r in seven] == [True]
-    assert script.dgcnn_runs([tmp_path], script.SETTINGS["shapes40_1024"]) == []  # 1,024 points *and* 4,000 clouds
+    assert script.dgcnn_runs([tmp_path], data_configs["shapes40_1024"]) == []  # 1,024 points *and* 4,000 clouds
+    knob = script.data_config((*script.SETTINGS["shapes40_256"], "data.part_dropout=0.6"))
+    assert [r["record"].endswith("knob/results.json") for r in script.dgcnn_runs([tmp_path], knob)] == [True]
 
 
 def test_end_to_end_learns_the_shapes_and_renders(tmp_path, capsys):
