@@ -113,6 +113,43 @@ def test_stored_config_is_not_built_by_the_evaluate_command(trained, tmp_path):
     assert not (tmp_path / "eval").exists()
 
 
+def hidden_target_checkpoint(trained: Path, tmp_path: Path, marker: Path) -> Path:
+    """The trained checkpoint whose stored config hides a ``_target_`` inside an interpolation, under a
+    symmetrization key (which an evaluation may change): ``${oc.create:...}`` only becomes a node with a
+    ``_target_`` once resolved, which ``hydra.utils.instantiate`` does."""
+    evil = pickle_payload(tmp_path / "second.pkl", marker)
+    state = torch.load(trained / "checkpoints" / "last.ckpt", weights_only=True)
+    config = state[RUN_CONFIG_KEY]["config"]
+    hidden = "${oc.create:{_target_: torch.load, f: '" + str(evil) + "', weights_only: false}}"
+    config["canonicalization"]["frame_weights"] = hidden
+    config["model"]["canonicalizer"]["frame_weights"] = hidden
+    path = tmp_path / "hidden.ckpt"
+    torch.save(state, path)
+    return path
+
+
+def test_a_target_hidden_in_an_interpolation_is_refused(trained, tmp_path):
+    marker = tmp_path / "marker"
+    path = hidden_target_checkpoint(trained, tmp_path, marker)
+    with pytest.raises(ValueError, match=r"interpolation at canonicalization\.frame_weights"):
+        model_from_checkpoint(path)
+    assert not marker.exists()
+    result = subprocess.run(
+        [sys.executable, "-m", "canonical_network.evaluate", f"ckpt_path={path}", "logger=none",
+         f"hydra.run.dir={tmp_path / 'eval'}"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode != 0 and "interpolation at canonicalization.frame_weights" in result.stderr
+    assert not marker.exists() and not (tmp_path / "eval").exists()
+
+
+def test_check_targets_resolves_a_plain_tree_before_checking():
+    """The second line of defence: a plain dict (as read from a file) is checked as instantiate sees it."""
+    config = {"canonicalization": {"frame_weights": "${oc.create:{_target_: os.system, _args_: [true]}}"}}
+    with pytest.raises(ConfigError, match=r"frame_weights\._target_='os\.system'"):
+        check_targets(config, "run.ckpt")
+
+
 def test_trusted_targets_let_your_own_component_through():
     config = {"model": {"_target_": "canonical_network.tasks.image_classification.ImageClassificationTask",
                         "predictor": {"_target_": "my_package.MyResNet"}}}

@@ -181,8 +181,10 @@ def check_targets(config: Any, source: str | os.PathLike, trusted: tuple[str, ..
 
     Raises :class:`~canonical_network.utils.checks.ConfigError` naming the first such key and its target.
     """
-    if isinstance(config, DictConfig):
-        config = OmegaConf.to_container(config, resolve=True)  # what instantiate would see
+    # what instantiate would see: a plain tree is resolved too (an interpolation such as ``${oc.create:...}``
+    # can hold a ``_target_`` that only appears once resolved)
+    config = OmegaConf.to_container(config if isinstance(config, DictConfig) else OmegaConf.create(config),
+                                    resolve=True)
     allowed = known_targets() | set(trusted)
     for key, target in _targets(config, ""):
         if not isinstance(target, str) or target not in allowed:
@@ -226,7 +228,37 @@ def stored_run_config(checkpoint: dict[str, Any], path: str | os.PathLike = "<ch
             f"{path}: its {RUN_CONFIG_KEY!r} entry has version {version!r}; this canonical_network reads versions "
             f"up to {RUN_CONFIG_VERSION}: update canonical_network to read it"
         )
+    check_resolved(entry["config"], path)
     return entry["config"]
+
+
+def _interpolations(node: Any, key: str):
+    """``(dotted key, value)`` of every string in a plain config tree that OmegaConf would interpolate."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            yield from _interpolations(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            yield from _interpolations(value, f"{key}[{index}]")
+    elif isinstance(node, str) and "${" in node:
+        yield key, node
+
+
+def check_resolved(config: dict[str, Any], source: str | os.PathLike) -> None:
+    """Refuse a run config read from a checkpoint that holds an interpolation (``${...}``).
+
+    Runs store their config resolved (:data:`RUN_CONFIG_KEY`), so a checkpoint written by
+    ``canonical_network.train`` holds none; one that does was written by something else, and an interpolation
+    is evaluated when the config is used (``${oc.create:...}`` can even produce a ``_target_`` that
+    :func:`check_targets` would not see in the file), so it is refused here, before anything reads it.
+    """
+    for key, value in _interpolations(config, ""):
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        raise ValueError(
+            f"{source}: its run config holds an interpolation at {key}={shown!r}; canonical_network stores run "
+            "configs resolved, so this checkpoint was not written by canonical_network.train and is refused "
+            "(a config read from disk may not compute anything)"
+        )
 
 
 def require_run_config(checkpoint: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
