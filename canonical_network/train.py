@@ -77,20 +77,28 @@ def readable_checkpoint(path: Path) -> bool:
 
 
 def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> str | None:
-    """``ckpt_path`` if given, else ``<run dir>/checkpoints/last.ckpt`` when ``resume`` and it exists.
+    """``<run dir>/checkpoints/last.ckpt`` when ``resume`` and it exists, else ``ckpt_path`` if given.
+
+    The run folder's own progress comes first: ``ckpt_path`` is where a run *starts* (continuing another run
+    into a new folder, ``hydra.run.dir=<new> ckpt_path=<old>/checkpoints/last.ckpt``), so the same command run
+    again after an interruption, or requeued, resumes the new folder's run instead of going back to the old
+    checkpoint (which would overwrite the folder's newer checkpoints and drop its later metric rows). To start
+    the folder over from ``ckpt_path``, pass ``resume=false``: the folder's previous files are set aside.
 
     Lightning writes checkpoints atomically (a temporary file renamed into place), but a file can still be
     cut short afterwards (a full disk, an interrupted copy or sync). An unreadable ``last.ckpt`` then falls
     back to the newest readable checkpoint of the run, with a warning naming both; with none readable the
     run refuses to start over silently.
     """
+    last = output_dir / "checkpoints" / "last.ckpt"
     if cfg.get("ckpt_path"):
         path = Path(cfg.ckpt_path)
         if not path.is_file():
             raise FileNotFoundError(f"ckpt_path={cfg.ckpt_path!r} does not exist")
-        return str(path)
-    last = output_dir / "checkpoints" / "last.ckpt"
-    if not (cfg.get("resume", True) and last.is_file()):
+        if not (cfg.get("resume", True) and last.is_file()) or path.resolve() == last.resolve():
+            return str(path)
+        log.info("ckpt_path=%s started this run; it resumes from its own progress, %s", path, last)
+    elif not (cfg.get("resume", True) and last.is_file()):
         return None
     if readable_checkpoint(last):
         log.info("Resuming from %s", last)
@@ -165,6 +173,21 @@ def set_aside_previous_run(output_dir: Path) -> Path | None:
     return aside
 
 
+def check_start_over(cfg: DictConfig, output_dir: Path) -> None:
+    """``resume=false`` sets the folder's previous files aside; a ``ckpt_path`` among them cannot be started from
+    (its checkpoint state names best checkpoints that would be moved away): refused, with what to do instead."""
+    if cfg.get("resume", True) or not cfg.get("ckpt_path"):
+        return
+    path, folder = Path(cfg.ckpt_path).resolve(), output_dir.resolve()
+    if folder in path.parents:
+        raise ConfigError(
+            f"resume=false with ckpt_path={cfg.ckpt_path!r}: that checkpoint lies in the run folder {output_dir}, "
+            "whose previous files resume=false sets aside. Continue the folder's run with resume=true (the "
+            "default), or start a new one from the checkpoint in another folder: hydra.run.dir=<new folder> "
+            f"ckpt_path={cfg.ckpt_path}"
+        )
+
+
 def run(cfg: DictConfig) -> RunResults:
     """Fit, test and write results.json for one composed config; returns the record written.
 
@@ -185,7 +208,8 @@ def run(cfg: DictConfig) -> RunResults:
         return _run(cfg)
     with run_folder_lock(output_dir):
         refuse_finished(output_dir)  # finished while this one waited to start
-        if not cfg.get("resume", True) and not cfg.get("ckpt_path"):
+        if not cfg.get("resume", True):
+            check_start_over(cfg, output_dir)
             set_aside_previous_run(output_dir)
         save_hydra_record(cfg, output_dir)
         return _run(cfg)

@@ -24,6 +24,7 @@ record: a few MB an N-body run); copies of runs that have finished since are del
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 from pathlib import Path
 
@@ -51,18 +52,40 @@ def renamed(relative: Path, record: dict) -> Path:
                   for part in relative.parts))
 
 
+def _copy_into_place(source: Path, target: Path) -> None:
+    """``shutil.copy2`` through a temporary file renamed over ``target``: a reader (or a copy cut short) sees the
+    old file or the new one, never part of one."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.partial")
+    shutil.copy2(source, partial)
+    os.replace(partial, target)
+
+
 def collect(source: Path, dest: Path) -> list[Path]:
+    """Copy each finished run's :data:`KEPT` files and diagnoses below ``source`` into ``dest``; returns the
+    copies. When a copy replaces the record of another run (a run started again here over a committed record,
+    two source folders that map to one name), the files of the old run that the new one lacks -- its
+    diagnoses -- are removed, so that no record is read with another run's files beside it."""
     copied = []
     for results in find_results(source):
-        record = read_results(results)
+        try:
+            record = read_results(results)
+        except ValueError as error:
+            print(f"skipped {results}: not readable JSON ({error})")
+            continue
         if record.get("status") not in FINAL_STATUSES:
             continue
         run = results.parent
         target = dest / renamed(run.relative_to(source), record)
-        for name in (*KEPT, *(str(p.relative_to(run)) for p in diagnosis_files(run))):
+        names = (*KEPT, *(str(p.relative_to(run)) for p in diagnosis_files(run)))
+        old = target / RESULTS_FILE
+        if old.is_file() and old.read_bytes() != results.read_bytes():  # another run's record: drop its extras
+            for stale in [target / name for name in KEPT] + diagnosis_files(target):
+                if str(stale.relative_to(target)) not in names or not (run / stale.relative_to(target)).is_file():
+                    stale.unlink()
+        for name in names:
             if (run / name).is_file():
-                (target / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(run / name, target / name)
+                _copy_into_place(run / name, target / name)
         copied.append(target)
     return copied
 
@@ -81,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.unfinished is not None:
         from canonical_network.utils.unfinished import park
 
-        parked, removed = park(args.source, args.unfinished)
+        parked, removed, behind = park(args.source, args.unfinished)
         print(f"parked {len(parked)} unfinished runs in {args.unfinished}"
               + "".join(f"\n  {p.relative_to(args.unfinished)}" for p in parked)
               + (f"; removed {len(removed)} copies of runs finished since" if removed else ""))
+        for run, copy in behind:
+            print(f"kept {copy}: it is further along than {run} (that run was not parked over it)")
     return 0
 
 

@@ -49,8 +49,11 @@ def completed(run_dir: Path) -> RunResults | None:
     path = run_dir / RESULTS_FILE
     if not path.is_file():
         return None
-    record = read_results(path)
-    return record if record.get("status") in FINAL_STATUSES else None
+    try:
+        record = read_results(path)
+    except ValueError:  # unreadable (cut short while written): not a final record; the run resumes
+        return None
+    return record if isinstance(record, dict) and record.get("status") in FINAL_STATUSES else None
 
 
 def run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,

@@ -204,3 +204,27 @@ def test_a_full_disk_says_so_and_where(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 0, 10**9))
     with pytest.raises(RuntimeError, match="enforce fail"):  # plenty of space: not called a full disk
         checkpoints.atomic_torch_save({"x": 1}, tmp_path / "last.ckpt")
+
+
+def test_the_metrics_are_on_disk_before_the_checkpoint_that_resumes_past_them(tmp_path):
+    """The CSV logger buffers rows (it writes every 100 steps): each epoch's ``last.ckpt`` is written only after
+    the loggers flushed, so a run killed after it and resumed from it never loses the rows of the epochs it
+    skips. Checked on a real CSV logger and the callback's own epoch-end hook."""
+    from types import SimpleNamespace
+
+    from canonical_network.tasks.callbacks import EpochCheckpoint
+    from canonical_network.utils.loggers import ResumableCSVLogger
+
+    logger = ResumableCSVLogger(save_dir=str(tmp_path), name="csv", version="", keep_previous=True)
+    logger.log_metrics({"val/mse": 0.5}, step=29)  # buffered: nothing on disk yet
+    assert not (tmp_path / "csv" / "metrics.csv").is_file()
+    seen = []
+
+    def save_checkpoint(path, weights_only=False):
+        seen.append((path, (tmp_path / "csv" / "metrics.csv").read_text()))
+
+    trainer = SimpleNamespace(sanity_checking=False, fast_dev_run=False, current_epoch=0, loggers=[logger],
+                              save_checkpoint=save_checkpoint)
+    EpochCheckpoint(dirpath=str(tmp_path / "checkpoints")).on_train_epoch_end(trainer, None)
+    ((path, metrics),) = seen
+    assert path == tmp_path / "checkpoints" / "last.ckpt" and "0.5" in metrics and "29" in metrics

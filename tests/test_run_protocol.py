@@ -60,6 +60,46 @@ def test_collect_copies_only_the_records_of_completed_runs(tmp_path):
         "a/seed0/csv/metrics.csv", "a/seed0/results.json"]
 
 
+def test_collect_never_leaves_another_runs_diagnosis_beside_a_new_record(tmp_path):
+    """A run started again here replaces the committed record of its job: the old run's diagnosis goes with it
+    (else the report would read run A's figures as run B's); the same record collected twice keeps its own."""
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    from collect_runs import collect
+
+    from canonical_network.records import diagnosis_files
+
+    kept = tmp_path / "dst" / "nbody" / "gnn" / "seed0"
+    (kept / "diagnose").mkdir(parents=True)
+    (kept / "results.json").write_text(json.dumps({"status": "completed", "run": "A"}))
+    (kept / "diagnose" / "diagnostics.json").write_text("{}")
+    run = tmp_path / "src" / "nbody" / "gnn" / "seed0"
+    (run / "csv").mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({"status": "completed", "run": "B"}))
+    (run / "csv" / "metrics.csv").write_text("epoch\n0\n")
+    (tmp_path / "src" / "nbody" / "gnn" / "seed1").mkdir()
+    (tmp_path / "src" / "nbody" / "gnn" / "seed1" / "results.json").write_text("{\"status\": \"compl")  # cut short
+    assert collect(tmp_path / "src", tmp_path / "dst") == [kept]
+    assert json.loads((kept / "results.json").read_text())["run"] == "B"
+    assert diagnosis_files(kept) == [] and (kept / "csv" / "metrics.csv").read_text() == "epoch\n0\n"
+    # B's own diagnosis, once made, is kept by every later collect of the same record
+    (run / "diagnose").mkdir()
+    (run / "diagnose" / "diagnostics.json").write_text('{"b": 1}')
+    collect(tmp_path / "src", tmp_path / "dst")
+    collect(tmp_path / "src", tmp_path / "dst")
+    assert (kept / "diagnose" / "diagnostics.json").read_text() == '{"b": 1}'
+    assert not list(kept.rglob(".*.partial"))
+
+
+def test_run_protocol_takes_an_unreadable_record_for_an_unfinished_run(tmp_path):
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    import run_protocol
+
+    (tmp_path / "results.json").write_text("{\"status\": \"compl")
+    assert run_protocol.completed(tmp_path) is None
+    (tmp_path / "results.json").write_text(json.dumps({"status": "completed"}))
+    assert run_protocol.completed(tmp_path)["status"] == "completed"
+
+
 def test_collect_names_a_legacy_cpu_folder_after_its_protocol(tmp_path):
     """A point-cloud budget folder named cpu_<rotation> before issue 34 (GPU runs too) is copied as
     pts<points>_<rotation>: the committed copy says the protocol, and no second copy appears beside it."""

@@ -10,6 +10,7 @@ import pytest
 
 from canonical_network.records import RESULTS_FILE, read_results, record_path
 from canonical_network.train import run
+from canonical_network.utils.checks import ConfigError
 from canonical_network.utils.config import PROJECT_ROOT
 from tests.helpers import compose_config, shrink
 
@@ -65,6 +66,42 @@ def test_finished_run_is_final_and_continues_in_a_new_folder(tmp_path):
     assert record_path(second, "resumed_from") == last and second["epochs"] == 2
     assert second["fit_time_s"] > first["fit_time_s"] > 0  # the resumed run adds to the first one's time
     assert (tmp_path / "more" / RESULTS_FILE).is_file()
+
+
+def test_a_continuation_resumes_its_own_folder_when_run_again(tmp_path):
+    """``hydra.run.dir=<new> ckpt_path=<old last.ckpt>`` run again after an interruption (or requeued) resumes the
+    new folder's own progress, not the old checkpoint (which would overwrite its newer checkpoints and drop its
+    metric rows); ``resume=false`` starts the folder over from ckpt_path, the previous files set aside."""
+    import torch
+
+    first = run(shrink(compose_config(["experiment=rotmnist/cnn"], tmp_path / "first")))
+    assert first["status"] == "completed"
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    more_dir = tmp_path / "more"
+
+    def more(epochs, *extra):
+        cfg = shrink(compose_config(["experiment=rotmnist/cnn", f"ckpt_path={last}", *extra], more_dir))
+        cfg.trainer.max_epochs = epochs
+        return cfg
+
+    run(more(2))
+    (more_dir / RESULTS_FILE).unlink()  # stopped before its test: the same command is run again, for 3 epochs
+    own = more_dir / "checkpoints" / "last.ckpt"
+    assert torch.load(own, weights_only=True)["epoch"] == 1
+    again = run(more(3))
+    assert record_path(again, "resumed_from") == own and again["epochs"] == 3
+    (more_dir / RESULTS_FILE).unlink()
+    over = run(more(2, "resume=false"))  # start over from the first run's checkpoint
+    assert record_path(over, "resumed_from") == last and over["epochs"] == 2
+    (aside,) = (more_dir / "superseded").iterdir()
+    assert torch.load(aside / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 2  # kept, not lost
+    (more_dir / RESULTS_FILE).unlink()
+    # resume=false from one of the folder's own checkpoints: those are what it sets aside, so it is refused
+    before = {p: p.read_bytes() for p in more_dir.rglob("*") if p.is_file() and p.name != ".run.lock"}
+    cfg = shrink(compose_config(["experiment=rotmnist/cnn", f"ckpt_path={own}", "resume=false"], more_dir))
+    with pytest.raises(ConfigError, match="lies in the run folder"):
+        run(cfg)
+    assert {p: p.read_bytes() for p in more_dir.rglob("*") if p.is_file() and p.name != ".run.lock"} == before
 
 
 def test_test_ckpt_chooses_best_or_final_weights(tmp_path):

@@ -40,12 +40,12 @@ def _train(run_dir, data_dir, max_epochs: int) -> dict:
     return run(cfg)
 
 
-def _fake_run(folder, status=None, ckpts=("last.ckpt",)):
+def _fake_run(folder, status=None, ckpts=("last.ckpt",), step=10):
     (folder / ".hydra").mkdir(parents=True)
     (folder / ".hydra" / "config.yaml").write_text("seed: 0\n")
     (folder / "checkpoints").mkdir()
     for name in ckpts:
-        torch.save({"epoch": 1, "callbacks": {}}, folder / "checkpoints" / name)
+        torch.save({"epoch": 1, "global_step": step, "callbacks": {}}, folder / "checkpoints" / name)
     if status:
         (folder / "results.json").write_text(json.dumps({"status": status}))
 
@@ -64,7 +64,8 @@ def test_park_keeps_what_resumes_and_drops_copies_of_finished_runs(tmp_path, tin
     torch.save({}, src / "nbody" / "gnn" / "ep10000" / "seed1" / "superseded" / "t" / "checkpoints" / "last.ckpt")
     assert unfinished_runs(src) == [src / "nbody" / "egnn" / "seed0", live]
 
-    parked, removed = park(src, dest)
+    parked, removed, behind = park(src, dest)
+    assert not behind
     assert parked == [dest / "nbody" / "egnn" / "seed0", dest / "nbody" / "gnn" / "ep10000" / "seed1"] and not removed
     copy = dest / "nbody" / "gnn" / "ep10000" / "seed1"
     best = _checkpoint_state(live / "checkpoints" / "last.ckpt")["best_model_path"]
@@ -74,7 +75,7 @@ def test_park_keeps_what_resumes_and_drops_copies_of_finished_runs(tmp_path, tin
 
     # the run finishes where it runs: parking again deletes its copy (its record is collected instead)
     (live / "results.json").write_text(json.dumps({"status": "completed"}))
-    parked, removed = park(src, dest)
+    parked, removed, _ = park(src, dest)
     assert removed == [copy] and not copy.exists() and parked == [dest / "nbody" / "egnn" / "seed0"]
 
 
@@ -138,3 +139,110 @@ def test_run_protocol_puts_a_parked_run_back_before_it_resumes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "parked 1 unfinished runs" in proc.stdout
     assert (tmp_path / "again" / "nbody" / "gnn" / "ep10000" / "seed1" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_park_never_replaces_a_copy_that_is_further_along(tmp_path):
+    """A run that started over here (its parked copy could not be put back) must not overwrite that copy."""
+    src, dest = tmp_path / "out", tmp_path / "parked"
+    _fake_run(dest / "nbody" / "cn_gnn" / "seed0", step=52_800)  # parked at epoch ~1,760
+    _fake_run(src / "nbody" / "cn_gnn" / "seed0", step=150)  # a fresh start here
+    parked, removed, behind = park(src, dest)
+    assert parked == [] and removed == [] and behind == [(src / "nbody" / "cn_gnn" / "seed0",
+                                                          dest / "nbody" / "cn_gnn" / "seed0")]
+    assert torch.load(dest / "nbody" / "cn_gnn" / "seed0" / "checkpoints" / "last.ckpt")["global_step"] == 52_800
+    # once the run here is further along, its copy replaces the parked one
+    torch.save({"epoch": 2, "global_step": 60_000, "callbacks": {}}, src / "nbody" / "cn_gnn" / "seed0" / "checkpoints"
+               / "last.ckpt")
+    parked, _, behind = park(src, dest)
+    assert parked == [dest / "nbody" / "cn_gnn" / "seed0"] and not behind
+    assert torch.load(dest / "nbody" / "cn_gnn" / "seed0" / "checkpoints" / "last.ckpt")["global_step"] == 60_000
+
+
+def test_restore_replaces_a_first_epoch_cut_short_and_keeps_its_files_aside(tmp_path):
+    """A run killed during its first epoch left set-up files, a 2-row metrics.csv and a best checkpoint without
+    last.ckpt: the parked run's files win (its history is the one that resumes), the others move to superseded/."""
+    kept, run_dir = tmp_path / "kept" / "run", tmp_path / "out" / "run"
+    _fake_run(kept, ckpts=("last.ckpt", "epoch_1194.ckpt"))
+    (kept / "csv").mkdir()
+    (kept / "csv" / "metrics.csv").write_text("epoch,val/mse\n" + "".join(f"{e},0.01\n" for e in range(1195)))
+    (run_dir / "csv").mkdir(parents=True)
+    (run_dir / "csv" / "metrics.csv").write_text("epoch,val/mse\n0,0.5\n")
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "epoch_0.ckpt").write_bytes(b"best of a cut-short first epoch")
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "config.yaml").write_text("seed: 0\n")  # the same as the parked one: left as it is
+    assert restore(kept, run_dir)
+    assert (run_dir / "csv" / "metrics.csv").read_bytes() == (kept / "csv" / "metrics.csv").read_bytes()
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["epoch_1194.ckpt", "last.ckpt"]
+    (aside,) = (run_dir / "superseded").iterdir()
+    assert (aside / "csv" / "metrics.csv").read_text() == "epoch,val/mse\n0,0.5\n"
+    assert (aside / "checkpoints" / "epoch_0.ckpt").is_file() and not (aside / ".hydra").exists()
+    assert not (run_dir / "checkpoints.partial").exists()
+
+
+def test_an_interrupted_restore_is_done_again(tmp_path, monkeypatch):
+    """A restore cut off while copying checkpoints leaves no last.ckpt in checkpoints/: the next one completes it."""
+    import canonical_network.utils.unfinished as unfinished
+
+    kept, run_dir = tmp_path / "kept" / "run", tmp_path / "out" / "run"
+    _fake_run(kept, ckpts=("last.ckpt", "epoch_5.ckpt"))
+    copy2 = shutil.copy2
+
+    def cut_off(source, target):
+        if str(target).endswith("last.ckpt"):
+            raise KeyboardInterrupt  # the session ended mid-copy
+        return copy2(source, target)
+
+    monkeypatch.setattr(unfinished.shutil, "copy2", cut_off)
+    with pytest.raises(KeyboardInterrupt):
+        restore(kept, run_dir)
+    assert not (run_dir / "checkpoints" / "last.ckpt").exists() and not (run_dir / "checkpoints").exists()
+    monkeypatch.setattr(unfinished.shutil, "copy2", copy2)
+    assert restore(kept, run_dir)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["epoch_5.ckpt", "last.ckpt"]
+    assert not (run_dir / "checkpoints.partial").exists()
+
+
+def hold_lock(path):
+    """Another process holding ``path``'s run lock (POSIX locks are per process): a context manager."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def held():
+        proc = subprocess.Popen([sys.executable, "-c", (
+            "import sys; from canonical_network.utils.files import exclusive_lock\n"
+            f"with exclusive_lock({str(path)!r}) as holder:\n"
+            "    print('held' if holder is None else 'not held', flush=True); sys.stdin.readline()")],
+            cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "held"
+            yield
+        finally:
+            proc.communicate("\n", timeout=60)
+
+    return held()
+
+
+def test_restore_touches_nothing_while_a_run_holds_the_folder(tmp_path):
+    from canonical_network.utils.runs import LOCK_FILE
+
+    kept, run_dir = tmp_path / "kept" / "run", tmp_path / "out" / "run"
+    _fake_run(kept)
+    run_dir.mkdir(parents=True)
+    with hold_lock(run_dir / LOCK_FILE):
+        assert not restore(kept, run_dir)
+        assert not (run_dir / "checkpoints").exists()
+    assert restore(kept, run_dir)
+
+
+def test_a_refused_command_never_deletes_the_folder_of_a_run_that_holds_it(tmp_path):
+    """A second command with a config error and the same hydra.run.dir removes the folder only when unused."""
+    from canonical_network.utils.runs import LOCK_FILE, remove_unused_run_folder
+
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)  # what an admitted run has written before its first epoch
+    (run_dir / "train.log").write_text("")
+    with hold_lock(run_dir / LOCK_FILE):
+        assert not remove_unused_run_folder(run_dir)
+        assert (run_dir / ".hydra").is_dir()
+    assert remove_unused_run_folder(run_dir) and not run_dir.exists()

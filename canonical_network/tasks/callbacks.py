@@ -196,6 +196,10 @@ class EpochCheckpoint(Checkpoint):
         # callbacks: what resume needs), said explicitly: left unset, Lightning logs a line at every save
         # (10,000 lines in a 10,000-epoch run's train.log). It holds plain tensors and containers, so it still
         # loads with torch.load(weights_only=True).
+        # The loggers' buffered rows first (the CSV logger writes every 100 steps): a run killed after this
+        # checkpoint resumes from it and never logs those rows again, so they must be on disk with it.
+        for logger in trainer.loggers:
+            logger.save()
         trainer.save_checkpoint(self.path, weights_only=False)
 
 

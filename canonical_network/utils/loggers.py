@@ -36,10 +36,13 @@ class _ResumingWriter(ExperimentWriter):
     def log_metrics(self, metrics_dict: dict[str, float], step: int | None = None) -> None:
         if self._previous_rows is not None and step is not None:
             kept = [row for row in self._previous_rows if not row.get("step") or int(float(row["step"])) < step]
-            with self._fs.open(self.metrics_file_path, "w", newline="") as handle:
+            # through a temporary file moved over the old one: a process killed meanwhile leaves the history whole
+            partial = self.metrics_file_path + ".partial"
+            with self._fs.open(partial, "w", newline="") as handle:
                 writer = csv.DictWriter(handle, fieldnames=self.metrics_keys)
                 writer.writeheader()
                 writer.writerows(kept)
+            self._fs.mv(partial, self.metrics_file_path)
             self._previous_rows = None
         super().log_metrics(metrics_dict, step)
 

@@ -365,8 +365,15 @@ def save_hydra_record(cfg: DictConfig, output_dir: Path) -> None:
 
 
 def remove_unused_run_folder(output_dir: Path) -> bool:
-    """Delete ``output_dir`` if it holds nothing but set-up files (:data:`SETUP_FILES`: a run that never ran)."""
-    if output_dir.is_dir() and {p.name for p in output_dir.iterdir()} <= SETUP_FILES:
+    """Delete ``output_dir`` if it holds nothing but set-up files (:data:`SETUP_FILES`: a run that never ran)
+    and no process holds its run lock: a run admitted into the folder holds the lock from before it writes
+    anything until it ends, so a refused command never deletes the folder of a run that has just started there."""
+    from canonical_network.utils.files import exclusive_lock
+
+    if not (output_dir.is_dir() and {p.name for p in output_dir.iterdir()} <= SETUP_FILES):
+        return False
+    with exclusive_lock(output_dir / LOCK_FILE) as holder:
+        if holder is not None or not {p.name for p in output_dir.iterdir()} <= SETUP_FILES:
+            return False
         shutil.rmtree(output_dir, ignore_errors=True)
-        return True
-    return False
+    return True

@@ -16,10 +16,14 @@ written back.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 from canonical_network.records import ATTEMPTS_DIR, final_status
+from canonical_network.utils.files import exclusive_lock
+from canonical_network.utils.runs import LOCK_FILE
 
 #: the files of a run folder, besides its checkpoints, that a resumed run continues (its metrics and records)
 CARRIED = ("csv/metrics.csv", "csv/hparams.yaml", "train.log", ".hydra/config.yaml", ".hydra/hydra.yaml",
@@ -64,15 +68,33 @@ def unfinished_runs(source: Path) -> list[Path]:
     return runs
 
 
-def park(source: Path, dest: Path, attempts: int = 5) -> tuple[list[Path], list[Path]]:
+def progress(checkpoint: Path) -> tuple[int, int]:
+    """How far the run that wrote ``checkpoint`` got: ``(global_step, epoch)`` (-1 where absent)."""
+    state = _load(checkpoint)
+    return int(state.get("global_step", -1)), int(state.get("epoch", -1))
+
+
+class Parked(NamedTuple):
+    """What :func:`park` did: the copies it wrote, the copies it removed (their runs have finished) and the runs
+    it left alone because the copy already parked is further along (``(run, copy)`` pairs)."""
+
+    parked: list[Path]
+    removed: list[Path]
+    behind: list[tuple[Path, Path]]
+
+
+def park(source: Path, dest: Path, attempts: int = 5) -> Parked:
     """Copy every unfinished run below ``source`` into ``dest`` (same relative path), replacing an older copy,
     and delete the copies in ``dest`` of runs that have since finished in ``source``.
 
     A run may be training while it is copied: ``last.ckpt`` is copied first and the best checkpoint it names
     after it; should that file be gone by then (a better epoch replaced it), the copy is taken again.
-    Returns (parked run folders, removed copies)."""
+    A copy already in ``dest`` whose ``last.ckpt`` is further along (:func:`progress`) than the run's is kept,
+    never replaced by the less advanced run (say a run that started over here because its parked copy could
+    not be put back): that run is listed in ``behind``.
+    Returns :class:`Parked` (parked run folders, removed copies, runs behind their copies)."""
     source, dest = Path(source), Path(dest)
-    parked = []
+    parked, behind = [], []
     for run in unfinished_runs(source):
         target = dest / run.relative_to(source)
         staging = target.with_name(target.name + ".partial")
@@ -91,6 +113,10 @@ def park(source: Path, dest: Path, attempts: int = 5) -> tuple[list[Path], list[
             shutil.rmtree(staging, ignore_errors=True)
             raise RuntimeError(f"{run} kept replacing its checkpoints while being copied ({attempts} tries); "
                                "pause it (or wait for it to end) and park again")
+        if (target / LAST).is_file() and progress(target / LAST) > progress(staging / LAST):
+            shutil.rmtree(staging)
+            behind.append((run, target))
+            continue
         for name in CARRIED:
             if (run / name).is_file():
                 (staging / name).parent.mkdir(parents=True, exist_ok=True)
@@ -104,7 +130,7 @@ def park(source: Path, dest: Path, attempts: int = 5) -> tuple[list[Path], list[
         if final_status(source / copy.relative_to(dest)) is not None:
             shutil.rmtree(copy)
             removed.append(copy)
-    return parked, removed
+    return Parked(parked, removed, behind)
 
 
 def relocate(checkpoint: Path, old_dir: str, new_dir: Path) -> bool:
@@ -139,20 +165,60 @@ def relocate(checkpoint: Path, old_dir: str, new_dir: Path) -> bool:
 
 
 def restore(parked: Path, run_dir: Path) -> bool:
-    """Put the parked run ``parked`` into ``run_dir`` when ``run_dir`` holds no checkpoints (never over a run that
-    started there), with its checkpoint paths moved to ``run_dir``; returns whether it did."""
+    """Put the parked run ``parked`` into ``run_dir`` unless a run has checkpointed there (``last.ckpt``) or
+    finished there, with its checkpoint paths moved to ``run_dir``; returns whether it did.
+
+    All or nothing: the checkpoints are staged in ``checkpoints.partial/`` beside ``checkpoints/`` and renamed into
+    place last, so an interrupted restore leaves no ``last.ckpt`` and is simply done again by the next one. What
+    a run folder without ``last.ckpt`` already holds -- the set-up files of a run that never reached its first
+    checkpoint, a restore that was interrupted -- is moved to ``superseded/<UTC time>/`` where it differs from
+    the parked files (the parked run's history is the one that resumes), never deleted. Done under the run
+    folder's lock: never while a run trains there."""
     parked, run_dir = Path(parked), Path(run_dir)
-    if not (parked / LAST).is_file() or (run_dir / "checkpoints").exists() or final_status(run_dir) is not None:
+    if not (parked / LAST).is_file() or (run_dir / LAST).is_file() or final_status(run_dir) is not None:
         return False
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(run_dir / LOCK_FILE) as holder:  # the lock a run holds while it trains in the folder
+        if holder is not None or (run_dir / LAST).is_file():
+            return False
+        _restore_into(parked, run_dir)
+    return True
+
+
+def _restore_into(parked: Path, run_dir: Path) -> None:
+    import filecmp
+    import time
+
+    staging = run_dir / "checkpoints.partial"
+    shutil.rmtree(staging, ignore_errors=True)  # only ever written here, by an interrupted restore
+    aside = run_dir / "superseded" / time.strftime("%Y-%m-%dT%H-%M-%SZ", time.gmtime())
+
+    def set_aside(path: Path) -> None:
+        moved = aside / path.relative_to(run_dir)
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, moved)
+
+    if (run_dir / "checkpoints").exists():  # checkpoints without last.ckpt: a first epoch cut short
+        set_aside(run_dir / "checkpoints")
     for path in sorted(p for p in parked.rglob("*") if p.is_file()):
-        target = run_dir / path.relative_to(parked)
+        relative = path.relative_to(parked)
+        if relative.parts[0] == "checkpoints":
+            continue
+        target = run_dir / relative
+        if target.is_file() and not filecmp.cmp(path, target, shallow=False):
+            set_aside(target)
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
+    # checkpoints last: last.ckpt after the best checkpoints it names, all in staging until complete
+    staging.mkdir(parents=True)
+    checkpoints = sorted((parked / "checkpoints").glob("*"), key=lambda p: (p.name == LAST.name, p.name))
+    for path in checkpoints:
+        shutil.copy2(path, staging / path.name)
     new_dir = (run_dir / "checkpoints").resolve()
-    for state in _model_checkpoint_states(_load(run_dir / LAST)):
+    for state in _model_checkpoint_states(_load(staging / LAST.name)):
         if state.get("dirpath") and Path(state["dirpath"]) != new_dir:
-            for ckpt in (run_dir / "checkpoints").glob("*.ckpt"):
+            for ckpt in sorted(staging.glob("*.ckpt"), key=lambda p: p.name == LAST.name):
                 relocate(ckpt, state["dirpath"], new_dir)
             break
-    return True
+    staging.rename(run_dir / "checkpoints")
