@@ -70,8 +70,14 @@ NOT_REUSED = ("logger", "callbacks", "paths", "hydra", "ckpt_path", "resume", "t
 #: Keys of the stored run config registered as options of their own group, so that ``data=<option>`` and
 #: ``trainer=<option>`` replace them whole instead of merging into them.
 GROUPS = {"data": ("data", "data_info"), "trainer": ("trainer",)}
-_FOLDER_TAKEN = (f"{{folder}} already holds a {RESULTS_FILE} (another run's folder): an evaluation writes into "
-                 "a folder of its own; leave hydra.run.dir to its default, or give a new folder")
+_FOLDER_TAKEN = (f"{{folder}} already holds a {RESULTS_FILE} or a training run's checkpoints/ (another run's "
+                 "folder): an evaluation writes into a folder of its own; leave hydra.run.dir to its default, or "
+                 "give a new folder")
+
+
+def _folder_taken(folder: Path | str) -> bool:
+    """Whether ``folder`` belongs to another run: a record, or the checkpoints of a (maybe unfinished) training."""
+    return (Path(folder) / RESULTS_FILE).exists() or (Path(folder) / "checkpoints").exists()
 
 
 def register_run_config(stored: dict[str, Any]) -> None:
@@ -159,7 +165,7 @@ def evaluate(cfg: DictConfig) -> RunResults:
     use_training_free_canonicalizer(cfg)  # canonicalization=tta: the task's canonicalizer becomes it
     use_symmetrization(cfg)  # canonicalization.symmetrization=...: the task's canonicalizer takes it
     check_architecture_unchanged(stored, cfg)
-    if (output_dir / RESULTS_FILE).exists():
+    if _folder_taken(output_dir):
         raise ConfigError(_FOLDER_TAKEN.format(folder=output_dir))
     save_hydra_record(cfg, output_dir)  # admitted: now the folder may be written
     prepare_process(cfg, output_dir)
@@ -213,7 +219,7 @@ def _command_line(arguments: list[str]) -> tuple[str, list[str]]:
                           "not checkpoints): run the command once per checkpoint")
     # Hydra writes .hydra/ into the run folder before the evaluation starts: never into another run's
     run_dir = next((str(o.value()) for o in parsed if o.key_or_group == "hydra.run.dir"), None)
-    if run_dir and (Path(run_dir) / RESULTS_FILE).exists():
+    if run_dir and _folder_taken(run_dir):
         raise ConfigError(_FOLDER_TAKEN.format(folder=run_dir))
     return str(given[0].value()), overrides
 

@@ -38,7 +38,7 @@ from canonical_network.records import (
 from canonical_network.utils.checks import ConfigError, check_bool, check_choice
 from canonical_network.utils.compile import compiled_network
 from canonical_network.utils.config import CONFIG_DIR
-from canonical_network.utils.files import exclusive_lock
+from canonical_network.utils.files import exclusive_lock, new_timestamped_folder
 from canonical_network.utils.loggers import ResumableCSVLogger
 from canonical_network.utils.run_config import validate_run_config
 from canonical_network.utils.runs import (
@@ -165,8 +165,7 @@ def set_aside_previous_run(output_dir: Path) -> Path | None:
         if output_dir.is_dir() else []
     if not entries:
         return None
-    aside = output_dir / "superseded" / time.strftime("%Y-%m-%dT%H-%M-%SZ", time.gmtime())
-    aside.mkdir(parents=True, exist_ok=True)
+    aside = new_timestamped_folder(output_dir / "superseded")
     for entry in entries:
         os.replace(entry, aside / ("results.failed.json" if entry.name == RESULTS_FILE else entry.name))
     log.warning("resume=false: the previous run's files in %s were moved to %s", output_dir, aside)

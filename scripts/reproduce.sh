@@ -244,6 +244,9 @@ case "${1:-}" in
                 # docs/measurements.md "Compiled N-body epochs"); the Linear row (its seeds ran eagerly) has
                 # too little to fuse.
     PAPER=(trainer.max_epochs=10000 callbacks.early_stopping=null)
+    # the folder of a protocol run (no early stopping) capped at $1 epochs: ep10000 at the protocol, ep<N>_noes
+    # below it, so that a cap equal to a CPU budget's (FA-GNN's ep1000, which stops early) never shares its folder
+    paper_variant() { [[ "$1" == 10000 ]] && echo ep10000 || echo "ep${1}_noes"; }
     run ep10000 "0 1 2" nbody/linear -- "${PAPER[@]}"
     run ep10000 0 nbody/gnn nbody/egnn -- "${PAPER[@]}" compile=true
     # FA-GNN: 8 GNN passes per sample per layer, ~4 CPU s an epoch compiled (~12 CPU-h a 10,000-epoch run). On a
@@ -256,7 +259,7 @@ case "${1:-}" in
     run ep10000 "1 2" nbody/gnn nbody/egnn -- "${PAPER[@]}" compile=true
     run ep10000 "0 1 2" nbody/cn_gnn nbody/cn_gnn_o3 nbody/cn_gnn_frozen -- "${PAPER[@]}" compile=true
     if [[ -n "$fa_protocol" ]]; then
-      run "ep${FA_PAPER_EPOCHS:-10000}" "0 1" nbody/fa_gnn -- trainer.max_epochs="${FA_PAPER_EPOCHS:-10000}" \
+      run "$(paper_variant "${FA_PAPER_EPOCHS:-10000}")" "0 1" nbody/fa_gnn -- trainer.max_epochs="${FA_PAPER_EPOCHS:-10000}" \
         callbacks.early_stopping=null compile=true
     fi
     # last: the rows the paper quotes from the EGNN paper (Radial Field, TFN, SE(3)-Transformer), with EGNN's
@@ -270,14 +273,14 @@ case "${1:-}" in
     local gpu=""
     [[ "$EXTRA" == *trainer=gpu* ]] && gpu=1
     if [[ -n "${TFN_EPOCHS:-}$gpu" ]]; then
-      run "ep${TFN_EPOCHS:-10000}" "0 1" nbody/tfn -- trainer.max_epochs="${TFN_EPOCHS:-10000}" \
+      run "$(paper_variant "${TFN_EPOCHS:-10000}")" "0 1" nbody/tfn -- trainer.max_epochs="${TFN_EPOCHS:-10000}" \
         callbacks.early_stopping=null
     else
       run "" "0 1" nbody/tfn -- trainer.max_epochs=1000
     fi
     if [[ -n "${SE3_EPOCHS:-}$gpu" ]]; then
-      run "ep${SE3_EPOCHS:-10000}" "0 1" nbody/se3_transformer -- trainer.max_epochs="${SE3_EPOCHS:-10000}" \
-        callbacks.early_stopping=null
+      run "$(paper_variant "${SE3_EPOCHS:-10000}")" "0 1" nbody/se3_transformer -- \
+        trainer.max_epochs="${SE3_EPOCHS:-10000}" callbacks.early_stopping=null
     else
       run ep100 "0 1" nbody/se3_transformer -- trainer.max_epochs=100
     fi ;;

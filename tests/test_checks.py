@@ -8,9 +8,11 @@ import pytest
 from torch import nn
 
 from canonical_network.canonicalization.identity import IdentityCanonicalizer
+from canonical_network.canonicalization.image import GCNNCanonicalizer
 from canonical_network.canonicalization.image_optimization import OptimizationCanonicalizer
 from canonical_network.canonicalization.nbody import VNDeepSetsCanonicalizer
 from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
+from canonical_network.canonicalization.test_time import TestTimeCanonicalizer
 from canonical_network.nn.message_passing import EquivariantGraphConvLayer, GraphConvLayer
 from canonical_network.prediction.dgcnn import DGCNN
 from canonical_network.prediction.gnn import GNN
@@ -102,6 +104,12 @@ def _task(**kwargs):
         (lambda: OptimizationCanonicalizer(step_size=0), "canonicalization.step_size must be a number > 0; got 0"),
         (lambda: OptimizationCanonicalizer(intensity_feature=1),
          "canonicalization.intensity_feature must be true or false; got 1"),
+        # a string is not a bool: bool("false") is True, which would have built D4 or frozen the weights
+        (lambda: GCNNCanonicalizer(reflection="false"), "canonicalization.reflection must be true or false; got 'false'"),
+        (lambda: GCNNCanonicalizer(freeze="false"), "canonicalization.freeze must be true or false; got 'false'"),
+        (lambda: VNPointCloudCanonicalizer(batch_norm="no"),
+         "canonicalization.batch_norm must be true or false; got 'no'"),
+        (lambda: TestTimeCanonicalizer(reflection=1), "canonicalization.reflection must be true or false; got 1"),
         (lambda: PointNet(width=True), "prediction.width must be a number > 0; got True"),
         (lambda: PointNet(dropout=1.0), "prediction.dropout must be a number in [0, 1); got 1.0"),
         (lambda: PointNet(head="regression"),

@@ -618,3 +618,19 @@ def test_leftovers_of_a_killed_run_are_removed(server, tmp_path):
         read_with_loader("rotated_mnist", tmp_path / "rotated_mnist")[0].splits["test"].tensors[1],
         torch.from_numpy(np.loadtxt(io.BytesIO(_amat(5, 1)))[:, -1].astype(np.int64)),
     )
+
+
+def test_unpacking_never_writes_outside_its_folder(tmp_path):
+    """An archive whose members name ``../`` or absolute paths (a tampered mirror) is unpacked inside the staging
+    folder only: nothing read from an archive may write outside data/."""
+    archive = tmp_path / "mirror" / SOURCES["rotated_mnist"].archive
+    archive.parent.mkdir()
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.writestr("../escaped.txt", "outside")
+        handle.writestr(str(tmp_path / "absolute.txt"), "outside")
+        handle.writestr("inside/ok.txt", "inside")
+    staged = tmp_path / "data" / "staged"
+    staged.parent.mkdir()
+    dl._unpack(SOURCES["rotated_mnist"], archive, staged, tmp_path / "data" / "target")
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.txt"))
+    assert written and all(name.startswith("data/staged/") for name in written), written

@@ -273,6 +273,15 @@ def test_an_evaluation_never_writes_into_another_runs_folder(image_run, tmp_path
     with pytest.raises(ConfigError, match="already holds a results.json"):
         evaluate(compose_evaluation(ckpt, ["logger=none"], run_dir))
     assert read_results(run_dir)["status"] == "completed"
+    # an unfinished training run's folder (checkpoints, no record yet) is another run's folder too: its own
+    # results.json, written when it finishes, would replace the evaluation's
+    unfinished = tmp_path / "unfinished"
+    (unfinished / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="training run's checkpoints/"):
+        _command_line([f"ckpt_path={ckpt}", f"hydra.run.dir={unfinished}"])
+    with pytest.raises(ConfigError, match="training run's checkpoints/"):
+        evaluate(compose_evaluation(ckpt, ["logger=none"], unfinished))
+    assert sorted(p.name for p in unfinished.iterdir()) == ["checkpoints"]
 
 
 # ------------------------------------------------------------------------------------ readers

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from canonical_network.canonicalization.image import GCNNCanonicalizer, PCACanonicalizer
+from canonical_network.canonicalization.image_optimization import OptimizationCanonicalizer
 from canonical_network.groups.image import rotate_deg
 from canonical_network.prediction.cnn import CNN
 from canonical_network.tasks.image_classification import ImageClassificationTask
@@ -140,3 +141,39 @@ def test_canonicalizer_learning_rate_is_its_own_param_group():
     with pytest.raises(ValueError, match="model.canonicalizer_lr must be null or a number > 0"):
         ImageClassificationTask(canonicalizer=GCNNCanonicalizer(num_rotations=4, num_layers=1), predictor=CNN(),
                                 optimizer=lambda params: torch.optim.Adam(params), canonicalizer_lr=0)
+
+
+@pytest.mark.parametrize("build", [lambda: GCNNCanonicalizer(num_rotations=4), lambda: PCACanonicalizer(),
+                                   lambda: OptimizationCanonicalizer()], ids=["gcnn", "pca", "opt"])
+def test_bad_images_get_one_clear_error(build):
+    """Not a (B, C, H, W) float batch: one error naming the shape or dtype and what to pass instead (before:
+    an AssertionError of escnn's, an IndexError, a reshape error or a cast error, by canonicalizer)."""
+    canonicalizer = build()
+    name = type(canonicalizer).__name__
+    for images, message in (
+        (torch.rand(1, 28, 28), r"shape \(B, C, H, W\) with B >= 1; got \(1, 28, 28\) \(add a batch dimension"),
+        (torch.rand(0, 1, 28, 28), r"with B >= 1; got \(0, 1, 28, 28\)"),
+        (torch.randint(0, 255, (2, 1, 28, 28), dtype=torch.uint8), "floating-point images .* got torch.uint8"),
+    ):
+        with pytest.raises(ValueError, match=f"{name} takes .*{message}"):
+            canonicalizer(images)
+
+
+def test_the_gcnn_canonicalizer_names_a_channel_or_dtype_mismatch():
+    canonicalizer = GCNNCanonicalizer(num_rotations=4)
+    with pytest.raises(ValueError, match=r"built for 1-channel images .* got 3 channels"):
+        canonicalizer(torch.rand(2, 3, 28, 28))
+    with pytest.raises(ValueError, match=r"torch.float32 weights; got torch.float64 images"):
+        canonicalizer(torch.rand(2, 1, 28, 28, dtype=torch.float64))
+    # (not converted here with .double(): escnn shares sampled bases between layers, so that would turn every
+    # escnn layer built later in this process to float64, docs/api.md)
+    canonical, g = canonicalizer(torch.rand(2, 1, 28, 28))
+    assert canonical.dtype == torch.float32 and g.index.shape == (2,)
+
+
+def test_planar_group_refuses_n_zero():
+    from canonical_network.groups.image import planar_group
+
+    assert planar_group("C4") == (4, False) and planar_group("D1") == (1, True) and planar_group("SO(2)") is None
+    with pytest.raises(ValueError, match="'C0': C_N and D_N need N >= 1"):
+        planar_group("C0")

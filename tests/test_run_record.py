@@ -244,3 +244,20 @@ def test_a_non_finite_training_loss_is_a_final_diverged_record(tmp_path):
     assert [r["status"] for r in load_runs(tmp_path)] == [DIVERGED]
     write_failure(cfg, RuntimeError("later crash"))  # a later failure never replaces the final record
     assert json.loads((tmp_path / RESULTS_FILE).read_text())["status"] == DIVERGED
+
+
+def test_two_set_asides_in_one_second_keep_both(tmp_path, monkeypatch):
+    """Folders named by the UTC second: a second set-aside within the same second gets a folder of its own
+    (before, it moved its files into the first one's, and failed on a name both had)."""
+    import time
+
+    from canonical_network.train import set_aside_previous_run
+
+    monkeypatch.setattr(time, "gmtime", lambda *args: time.struct_time((2026, 11, 30, 8, 0, 0, 0, 334, 0)))
+    folders = []
+    for attempt in ("first", "second"):
+        (tmp_path / "checkpoints").mkdir()
+        (tmp_path / "checkpoints" / "last.ckpt").write_text(attempt)
+        folders.append(set_aside_previous_run(tmp_path))
+    assert [f.name for f in folders] == ["2026-11-30T08-00-00Z", "2026-11-30T08-00-00Z-2"]
+    assert [(f / "checkpoints" / "last.ckpt").read_text() for f in folders] == ["first", "second"]

@@ -37,7 +37,7 @@ from canonical_network.canonicalization.symmetrization import (
     top_member_rows,
 )
 from canonical_network.groups import GroupElement
-from canonical_network.utils.checks import check_number
+from canonical_network.utils.checks import check_bool, check_number
 
 Inputs = tuple[torch.Tensor, ...]
 
@@ -136,12 +136,12 @@ class Canonicalizer(nn.Module, metaclass=_AppliesBaseOptions):
 
     def __init__(self, freeze: bool = False) -> None:
         super().__init__()
-        self.freeze = bool(freeze)
+        self.freeze = check_bool("canonicalization.freeze", freeze)
 
     def set_frozen(self, freeze: bool = True) -> Canonicalizer:
         """Freeze (or unfreeze) every parameter; called by the base class after ``__init__``, and usable later
         (e.g. on a canonicalizer whose trained weights were loaded, as CN(pretrained) does)."""
-        self.freeze = bool(freeze)
+        self.freeze = check_bool("canonicalization.freeze", freeze)
         for p in self.parameters():
             p.requires_grad_(not self.freeze)
         if self.freeze:

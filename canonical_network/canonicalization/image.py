@@ -15,8 +15,14 @@ from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
 from canonical_network.canonicalization.symmetrization import Frame, FrameSpec, discrete_frame
-from canonical_network.groups.image import PlanarElement, act_inverse, element_angles_deg, rotate_deg
-from canonical_network.utils.checks import check_choice, check_fraction, check_int, check_positive
+from canonical_network.groups.image import (
+    PlanarElement,
+    act_inverse,
+    check_images,
+    element_angles_deg,
+    rotate_deg,
+)
+from canonical_network.utils.checks import check_bool, check_choice, check_fraction, check_int, check_positive
 
 FILTERS = ("steerable", "free")
 #: how a discrete canonicalizer turns its scores into a choice (``canonicalization.selection``)
@@ -149,6 +155,7 @@ class GCNNCanonicalizer(Canonicalizer):
     ) -> None:
         super().__init__(freeze=freeze)
         check_int("canonicalization.num_rotations", num_rotations, low=1)
+        reflection = check_bool("canonicalization.reflection", reflection)
         check_choice("canonicalization.filters", filters, FILTERS)
         self.selection = check_choice("canonicalization.selection", selection, SELECTIONS)
         if filters == "free" and reflection:
@@ -200,6 +207,8 @@ class GCNNCanonicalizer(Canonicalizer):
         """(B, C, H, W) images → (B, |G|) one score per group element, permuted by the group action."""
         from escnn import nn as enn
 
+        weight = next(self.parameters(), None)
+        check_images(images, "GCNNCanonicalizer", self.in_type.size, None if weight is None else weight.dtype)
         if self.input_size is not None and images.shape[-2:] != (self.input_size, self.input_size):
             shrink = images.shape[-1] > self.input_size or images.shape[-2] > self.input_size
             images = F.interpolate(images, size=(self.input_size, self.input_size), mode="bilinear",
@@ -305,6 +314,7 @@ class PCACanonicalizer(Canonicalizer):
         """``(angle_deg, skewness)``, both (B,): the oriented principal axis and how clearly its sign is decided,
         ``Σ m u³ / Σ m |u|³`` ∈ [0, 1] along it (rotation invariant; 0 where the skew vanishes and the sign
         flips)."""
+        check_images(images, "PCACanonicalizer")
         with torch.no_grad():
             mass = images.sum(dim=1)
             mass = torch.where(mass >= self.threshold, mass, torch.zeros_like(mass))  # (B, H, W)

@@ -50,7 +50,7 @@ import torch
 from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
-from canonical_network.groups.image import PlanarElement, act_inverse
+from canonical_network.groups.image import PlanarElement, act_inverse, check_images
 from canonical_network.utils.checks import check_bool, check_fraction, check_int, check_positive
 
 #: Probe angles for σ(x): 8 keeps the standard deviation invariant to quarter turns and smooth in the input.
@@ -271,6 +271,8 @@ class OptimizationCanonicalizer(Canonicalizer):
         return theta - (slope - slope.detach()) / curvature
 
     def canonicalize(self, images: torch.Tensor):
+        weight = next(self.parameters(), None)
+        check_images(images, "OptimizationCanonicalizer", None, None if weight is None else weight.dtype)
         angle_deg = torch.rad2deg(self.optimal_angle_rad(images))
         g = PlanarElement(angle_deg=angle_deg, reflect=torch.zeros_like(angle_deg))
         return (act_inverse(images, g),), g

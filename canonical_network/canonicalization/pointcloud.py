@@ -83,7 +83,7 @@ from canonical_network.nn.vector_neurons import (
     vn_mean_pool,
     vn_norms,
 )
-from canonical_network.utils.checks import check_choice, check_fraction, check_int
+from canonical_network.utils.checks import check_bool, check_choice, check_fraction, check_int
 
 LAYERS = ("linear", "nonlinear")
 INPUTS = ("edges", "pointwise")
@@ -200,6 +200,7 @@ class VNPointCloudCanonicalizer(Canonicalizer):
         self.pooling = check_choice("canonicalization.pooling", pooling, POOLINGS)
         self.group = check_choice("canonicalization.group", group, GROUPS)
         self.hidden_dim = check_int("canonicalization.hidden_dim", hidden_dim, low=1)
+        batch_norm = check_bool("canonicalization.batch_norm", batch_norm)
         if self.input == "edges":
             if k is None:
                 raise ValueError(

@@ -62,7 +62,7 @@ def from_checkpoint(checkpoint: str | None, freeze: bool = True, prior_weight: f
     canon_cfg = _run_config(path, checkpoint_dict).canonicalization
     # the config comes from the file (or its run folder): it may build only the package's canonicalizers
     check_targets(OmegaConf.to_container(canon_cfg, resolve=True), f"{path} (its canonicalization)")
-    canon_cfg.freeze = bool(freeze)
+    canon_cfg.freeze = freeze  # checked by the Canonicalizer base class
     canon_cfg.prior_weight = prior_weight  # checked by the Canonicalizer base class
     for key, value in (("symmetrization", symmetrization), ("frame_size", frame_size),
                        ("frame_temperature", frame_temperature), ("frame_weights", frame_weights)):

@@ -17,7 +17,7 @@ from torch import nn
 from canonical_network.canonicalization.base import Canonicalizer
 from canonical_network.canonicalization.symmetrization import Frame, FrameSpec, discrete_frame
 from canonical_network.groups.image import PlanarElement, element_angles_deg, rotate_deg
-from canonical_network.utils.checks import check_choice, check_int
+from canonical_network.utils.checks import check_bool, check_choice, check_int
 
 #: ``canonicalization.score``: how confident f is on a candidate, from its logits z (higher = chosen)
 SCORES = ("max_softmax", "neg_energy")
@@ -91,6 +91,7 @@ class TestTimeCanonicalizer(Canonicalizer):
     ) -> None:
         super().__init__(freeze=freeze)
         self.score = check_choice("canonicalization.score", score, SCORES)
+        reflection = check_bool("canonicalization.reflection", reflection)
         if angles is not None:
             angles = [float(a) for a in angles]
             if not angles:

@@ -102,11 +102,41 @@ def act_exact(images: torch.Tensor, angle_deg: float, reflect: bool = False) -> 
 
 def planar_group(group_name: str) -> tuple[int, bool] | None:
     """``(N, reflection)`` of a finite planar group named as canonicalizers name it (``"C4"`` → (4, False),
-    ``"D8"`` → (8, True)); ``None`` for any other name (``"SO(2)"``, ``"trivial"``, ...)."""
+    ``"D8"`` → (8, True)); ``None`` for any other name (``"SO(2)"``, ``"trivial"``, ...). ``"C0"``/``"D0"``
+    name no group: ``ValueError``."""
     match = re.fullmatch(r"([CD])(\d+)", group_name)
     if match is None:
         return None
+    if int(match.group(2)) < 1:
+        raise ValueError(f"group {group_name!r}: C_N and D_N need N >= 1 (C1 is the trivial group)")
     return int(match.group(2)), match.group(1) == "D"
+
+
+def _autocast(images: torch.Tensor) -> bool:
+    """Whether autocast is on for ``images``' device (mixed precision: it casts inside each op)."""
+    try:
+        return torch.is_autocast_enabled(images.device.type)
+    except TypeError:  # an older torch: no device argument
+        return torch.is_autocast_enabled()
+
+
+def check_images(images, who: str, in_channels: int | None = None, dtype: torch.dtype | None = None) -> None:
+    """One clear error for an input an image canonicalizer cannot take: not a non-empty ``(B, C, H, W)`` batch
+    of floating-point images, another channel count than ``in_channels``, or another dtype than its weights'
+    ``dtype`` (``who`` names the canonicalizer in the message)."""
+    shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+    if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[0] == 0:
+        raise ValueError(f"{who} takes a batch of images of shape (B, C, H, W) with B >= 1; got {shape} "
+                         "(add a batch dimension to a single image: images[None])")
+    if in_channels is not None and images.shape[1] != in_channels:
+        raise ValueError(f"{who} was built for {in_channels}-channel images (canonicalization.in_channels); "
+                         f"got {images.shape[1]} channels, shape {shape}")
+    if not images.is_floating_point():
+        raise ValueError(f"{who} takes floating-point images (float32 or float64); got {images.dtype} "
+                         "(e.g. images.float() / 255 for 8-bit pixels)")
+    if dtype is not None and images.dtype != dtype and not _autocast(images):
+        raise ValueError(f"{who} has {dtype} weights; got {images.dtype} images: convert one to the other "
+                         f"(images.to({dtype}) or the model's .to({images.dtype}))")
 
 
 def group_elements(num_rotations: int, reflection: bool) -> list[tuple[float, bool]]:

@@ -1,4 +1,4 @@
-"""Three fixes to escnn 1.0.11, applied by :func:`patch_escnn` before any of our escnn layers is built.
+"""Four fixes to escnn 1.0.11, applied by :func:`patch_escnn` before any of our escnn layers is built.
 
 1. **Dihedral bases on current scikit-learn.** escnn computes null spaces with scikit-learn's
    ``randomized_svd`` when it is importable. Recent scikit-learn refuses the ``np.matrix`` escnn passes it
@@ -59,16 +59,74 @@ def expand_without_copy(self, weights: torch.Tensor) -> torch.Tensor:
     return (weights @ basis.reshape(basis.shape[0], -1)).reshape(weights.shape[0], *basis.shape[1:])
 
 
+#: the buffers an escnn convolution derives from its weights in eval mode (fix 4)
+DERIVED_BUFFERS = ("filter", "expanded_bias")
+
+
+def _expand_into_buffers(conv) -> None:
+    """Expand ``conv``'s filter (and bias) from its current weights into non-persistent buffers."""
+    with torch.no_grad():
+        weight_filter, bias = conv.expand_parameters()
+    conv.register_buffer("filter", weight_filter, persistent=False)
+    if bias is not None:
+        conv.register_buffer("expanded_bias", bias, persistent=False)
+    else:
+        conv.expanded_bias = None
+
+
+def _train_with_derived_filters(self, mode: bool = True):
+    """escnn's ``_RdConv.train`` with the expanded filters kept out of the state dict and out of autograd."""
+    if mode:
+        for name in DERIVED_BUFFERS:
+            if hasattr(self, name):
+                delattr(self, name)
+    elif self.training:  # entering eval: expand once from the current weights (as escnn does)
+        _expand_into_buffers(self)
+    return torch.nn.Module.train(self, mode)
+
+
+def _reexpand_after_load(module, incompatible_keys) -> None:
+    """Load post-hook: an eval-mode convolution's filters follow the weights just loaded."""
+    if not module.training:
+        _expand_into_buffers(module)
+
+
+def _wrap_rdconv_init(original_init):
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        for name in DERIVED_BUFFERS:
+            if name in self._buffers:
+                self._non_persistent_buffers_set.add(name)
+        self.register_load_state_dict_post_hook(_reexpand_after_load)
+
+    __init__.__wrapped__ = original_init
+    return __init__
+
+
+def _wrap_rdconv_load(original_load):
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for name in DERIVED_BUFFERS:  # written by escnn's own eval mode before fix 4: derived, so ignored
+            state_dict.pop(prefix + name, None)
+        return original_load(self, state_dict, prefix, *args, **kwargs)
+
+    return _load_from_state_dict
+
+
 def patch_escnn() -> None:
-    """Idempotently apply the three fixes (exact SVD; lean basis normalisation; copy-free expansion)."""
+    """Idempotently apply the four fixes (exact SVD; lean basis normalisation; copy-free expansion; derived
+    filters kept out of state dicts)."""
     global _PATCHED, ESCNN_NORMALIZE_BASIS
     if _PATCHED:
         return
     from escnn.group import _numerical
     from escnn.nn.modules.basismanager import basisexpansion_singleblock
+    from escnn.nn.modules.conv.rd_convolution import _RdConv
 
     _numerical.randomized_svd = None
     ESCNN_NORMALIZE_BASIS = basisexpansion_singleblock.normalize_basis
     basisexpansion_singleblock.normalize_basis = lean_normalize_basis
     basisexpansion_singleblock.SingleBlockBasisExpansion.forward = expand_without_copy
+    _RdConv.__init__ = _wrap_rdconv_init(_RdConv.__init__)
+    _RdConv._load_from_state_dict = _wrap_rdconv_load(_RdConv._load_from_state_dict)
+    _RdConv.train = _train_with_derived_filters
     _PATCHED = True

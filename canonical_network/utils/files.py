@@ -84,3 +84,21 @@ def exclusive_lock(path: Path | str) -> Iterator[str | None]:
             yield None
         finally:
             fcntl.lockf(handle, fcntl.LOCK_UN)
+
+
+def new_timestamped_folder(parent: Path | str) -> Path:
+    """A new, empty folder ``<parent>/<UTC time>`` (``2026-11-30T08-40-12Z``), suffixed ``-2``, ``-3``... when a
+    folder of that second exists: two set-asides in the same second never write into one folder."""
+    import time
+
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%dT%H-%M-%SZ", time.gmtime())
+    for number in range(1, 10_000):
+        folder = parent / (stamp if number == 1 else f"{stamp}-{number}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise FileExistsError(f"no free folder name for {stamp} in {parent}")

@@ -354,8 +354,9 @@ def save_hydra_record(cfg: DictConfig, output_dir: Path) -> None:
              "overrides.yaml": OmegaConf.to_yaml(OmegaConf.create(list(hydra_cfg.overrides.task)))}
     changed = [n for n, text in files.items() if (record / n).is_file() and (record / n).read_text() != text]
     if changed:
-        previous = record / "previous" / time.strftime("%Y-%m-%dT%H-%M-%SZ", time.gmtime())
-        previous.mkdir(parents=True, exist_ok=True)
+        from canonical_network.utils.files import new_timestamped_folder
+
+        previous = new_timestamped_folder(record / "previous")
         for name in files:
             if (record / name).is_file():
                 os.replace(record / name, previous / name)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from canonical_network.records import ATTEMPTS_DIR, final_status
-from canonical_network.utils.files import exclusive_lock
+from canonical_network.utils.files import exclusive_lock, new_timestamped_folder
 from canonical_network.utils.runs import LOCK_FILE
 
 #: the files of a run folder, besides its checkpoints, that a resumed run continues (its metrics and records)
@@ -187,13 +187,14 @@ def restore(parked: Path, run_dir: Path) -> bool:
 
 def _restore_into(parked: Path, run_dir: Path) -> None:
     import filecmp
-    import time
 
     staging = run_dir / "checkpoints.partial"
     shutil.rmtree(staging, ignore_errors=True)  # only ever written here, by an interrupted restore
-    aside = run_dir / "superseded" / time.strftime("%Y-%m-%dT%H-%M-%SZ", time.gmtime())
+    aside = None
 
     def set_aside(path: Path) -> None:
+        nonlocal aside
+        aside = aside or new_timestamped_folder(run_dir / "superseded")
         moved = aside / path.relative_to(run_dir)
         moved.parent.mkdir(parents=True, exist_ok=True)
         os.replace(path, moved)
