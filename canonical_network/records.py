@@ -327,12 +327,21 @@ def dataset_of(run: dict) -> tuple[str, bool]:
     return name, comparable
 
 
+def no_early_stopping(run: dict) -> bool:
+    """Whether the (flattened) run record trained without early stopping: ``callbacks.early_stopping=null``, or
+    the callback removed (``~callbacks.early_stopping``: a callbacks config without the key)."""
+    if "config.callbacks.early_stopping" in run and run["config.callbacks.early_stopping"] is None:
+        return True
+    keys = [k for k in run if k.startswith("config.callbacks.")]
+    return bool(keys) and not any(k.startswith("config.callbacks.early_stopping") for k in keys)
+
+
 def budget_of(run: dict) -> str:
     """The run's training budget: its epoch cap, and "no early stopping" when it had none (the best validation
     epoch of the whole budget is tested, as EGNN's N-body protocol does)."""
     cap = run.get("config.trainer.max_epochs")
     text = f"≤ {cap} epochs" if cap is not None else "budget not recorded"
-    if "config.callbacks.early_stopping" in run and run["config.callbacks.early_stopping"] is None:
+    if no_early_stopping(run):
         text += ", no early stopping"
     return text
 

@@ -38,6 +38,7 @@ import csv
 import json
 import math
 import os
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -51,6 +52,7 @@ from canonical_network.records import (
     budget_sort_key,
     dataset_of,
     load_runs,
+    no_early_stopping,
     variant_of,
 )
 from canonical_network.tables import Cell, build_table, paper_tables
@@ -391,11 +393,17 @@ def _device_class(run: dict) -> str:
 
 
 def _patience(run: dict) -> str:
-    """The early stopping of a run: its patience, "none", or "not recorded"."""
-    if "config.callbacks.early_stopping" in run and run["config.callbacks.early_stopping"] is None:
+    """The early stopping of a run: its patience in epochs (validations × ``check_val_every_n_epoch``), "none",
+    or "not recorded"."""
+    if no_early_stopping(run):
         return "none"
     patience = run.get("config.callbacks.early_stopping.patience")
-    return "not recorded" if patience is None else f"patience {patience}"
+    if patience is None:
+        return "not recorded"
+    every = run.get("config.trainer.check_val_every_n_epoch")
+    if isinstance(every, int) and not isinstance(every, bool) and every > 1:
+        return f"patience {int(patience) * every} epochs ({patience} validations)"
+    return f"patience {patience} epochs"
 
 
 def _counted(values: list[str]) -> str:
@@ -421,7 +429,7 @@ def protocol_differences(spec: dict, runs: list[dict]) -> list[str]:
     if caps:
         differences.append(f"epochs: {', '.join(map(str, caps))} (paper: {protocol['epochs']})")
     paper_patience = protocol.get("early_stopping_patience")
-    wanted = "none" if paper_patience is None else f"patience {paper_patience}"
+    wanted = "none" if paper_patience is None else f"patience {paper_patience} epochs"
     stopping = sorted({p for r in runs if (p := _patience(r)) != wanted and p != "not recorded"})
     if stopping:
         differences.append(f"early stopping: {', '.join(stopping)} (paper: {wanted})")
@@ -434,7 +442,7 @@ def _paper_protocol_text(spec: dict) -> str:
         return spec.get("source", "–")
     patience = protocol.get("early_stopping_patience")
     stopping = "best validation epoch" if patience is None and "best validation" in protocol.get("source", "") \
-        else ("no early stopping" if patience is None else f"early stopping, patience {patience}")
+        else ("no early stopping" if patience is None else f"early stopping, patience {patience} epochs")
     return f"{protocol['data_text']}; {protocol['epochs']} epochs, {stopping} ({protocol['source'].split(':')[0]})"
 
 
@@ -588,6 +596,13 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()[:60]
 
 
+def _not_counted(failures: list[str]) -> str:
+    """`` (+1 diverged, +1 failed)``: the runs of a cell that its mean leaves out, said where the mean is read."""
+    diverged = sum(1 for f in failures if f == "diverged")
+    parts = [f"+{k} {what}" for k, what in ((diverged, "diverged"), (len(failures) - diverged, "failed")) if k]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def render_table(name: str, spec: dict, groups: list[tuple[str, dict, list[dict]]], comparable: bool) -> list[str]:
     """One table for one data set: each row (and column) at every budget it has runs at, largest first, with
     the paper's number beside it; Δ only at a budget run at the paper's protocol. ``groups``: (budget, cells,
@@ -611,7 +626,7 @@ def render_table(name: str, spec: dict, groups: list[tuple[str, dict, list[dict]
             for budget, cell in shown or [("–", None)]:
                 s = summary(cell) if cell else None
                 ours = "–" if s is None else _fmt(s[0], digits) + (f" ± {_fmt(s[1], digits)}" if s[1] is not None else "")
-                n = "0" if cell is None else str(len(cell.values))
+                n = "0" if cell is None else str(len(cell.values)) + _not_counted(cell.failures)
                 if cell is not None and mixed_versions(cell):
                     n += " ‡"
                     marks.add("versions")
@@ -758,7 +773,13 @@ def check_claims(tables: dict, cells_by_table: dict, claims: list[Claim] | None 
             experiments = tuple(dict.fromkeys(str(r.get("experiment")) for c in (a, b) for r in c.runs))
             sides = tuple((_side_name(spec, key), tuple(cell.runs)) for key, cell in ((claim.a, a), (claim.b, b)))
             scale = f"{claim.b_scale:g} × " if claim.b_scale != 1.0 else ""
-            ours = f"{_cell_text(a.values, digits)} vs {scale}{_cell_text(b.values, digits)}"
+            if claim.paired:  # the runs the test used: a seed without a partner in the same environment is not
+                left_out = len(a.values) + len(b.values) - len(a_values) - len(b_values)
+                ours = (f"{_cell_text(a_values, digits)} vs {scale}{_cell_text(b_values, digits)} (paired seeds"
+                        + (f"; {left_out} runs without a partner trained in the same environment left out)"
+                           if left_out else ")"))
+            else:
+                ours = f"{_cell_text(a.values, digits)} vs {scale}{_cell_text(b.values, digits)}"
             checks.append(ClaimCheck(claim, data, budget, variant, interval, counts, shown_p, shown_verdict,
                                      experiments, sides, ours, min(len(a_values), len(b_values)),
                                      _cap_of([*a.runs, *b.runs])))
@@ -944,7 +965,7 @@ def render_claim_details(scored: list[Scored], checks: list[ClaimCheck], effects
             if stopping:
                 lines.append("  - How the runs ended: " + "; ".join(stopping) + ".")
             related = [e for e in effects if e["experiment"] in c.experiments and (e["data"], e["budget"]) ==
-                       (c.data, c.budget)]
+                       (c.data, c.budget) and _same_columns(c, e)]
             if related:
                 moving = [f"{e['id']} {_difference(e['values'], e['base'])}" for e in related
                           if not e.get("other_split") and _moved(e["values"], e["base"]) == "moves it"]
@@ -966,9 +987,15 @@ def stopping_text(name: str, runs: list[dict]) -> str | None:
         if run.get("status") != "completed" or cap is None or epochs is None:
             continue
         (capped if int(epochs) >= int(cap) else stopped).append(int(epochs))
+        # the tested checkpoint names its epoch (counted from 0); else the validation curve, when it is whole (a
+        # resume can have cut its early epochs from csv/metrics.csv)
+        tested = re.search(r"epoch_(\d+)\.ckpt$", str(run.get("checkpoint") or ""))
+        if tested:
+            best.append(int(tested.group(1)) + 1)
+            continue
         metric, mode = run.get("config.optimized_metric"), run.get("config.optimized_mode", "min")
         curve = read_curve(run, metric) if metric else []
-        if curve:
+        if curve and curve[0][0] <= _first_val_epoch(run):
             pick = min if mode == "min" else max
             best.append(pick(curve, key=lambda point: point[1])[0] + 1)  # epochs are counted from 0
     if not capped and not stopped:
@@ -1006,19 +1033,33 @@ def changes_split(variant: tuple[str, ...]) -> bool:
     return any(_override_key(override) in SPLIT_OVERRIDES for override in variant)
 
 
+def _same_columns(check: ClaimCheck, effect: dict) -> bool:
+    """Whether an ablation ran in a column (rotation protocol) that the claim's runs compare."""
+    rotations = {_rotation(r) for _, runs in check.sides for r in runs}
+    return not rotations or effect.get("rotation") in rotations
+
+
+def _rotation(run: dict) -> str | None:
+    """The run's rotation protocol (``data.rotation``: a point-cloud table's column), ``None`` where it has none."""
+    rotation = run.get("config.data.rotation")
+    return None if rotation is None else str(rotation)
+
+
 def variant_effects(runs: list[dict], row_runs: list[dict]) -> list[dict]:
     """Ablation runs grouped by experiment, data, budget and the overrides that make them a variant, each
     with the row's own runs of the same data and budget: the values of its headline metric on both sides and
     the best-validation difference (what a default is chosen on)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for run in runs:
-        groups[(run.get("experiment"), dataset_of(run)[0], budget_of(run), variant_of(run))].append(run)
+        # the rotation protocol (point clouds: train/test rotations, a table's column) is part of the setting:
+        # a variant is compared with the row's runs of the same column only, never pooled across columns
+        groups[(run.get("experiment"), dataset_of(run)[0], budget_of(run), _rotation(run), variant_of(run))].append(run)
     effects = []
-    for (experiment, data, budget, variant), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
+    for (experiment, data, budget, rotation, variant), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
         ok = [r for r in members if r.get("status") == "completed" and r["metrics"]]
         metric = _headline_metric(ok[0]["metrics"]) if ok else None
         defaults = [r for r in row_runs if r.get("experiment") == experiment and dataset_of(r)[0] == data
-                    and budget_of(r) == budget]
+                    and budget_of(r) == budget and _rotation(r) == rotation]
         # What a default is chosen on: the monitored validation metric at the tested checkpoint.
         val_name = next((k for r in ok for k in r if k.startswith("best_val.")), None)
         val = "–"
@@ -1026,7 +1067,8 @@ def variant_effects(runs: list[dict], row_runs: list[dict]) -> list[dict]:
             val = f"{val_name.removeprefix('best_val.')} {_difference(_values(ok, val_name), _values(defaults, val_name))}"
         if changes_split(variant):
             val = "– (other digits)"
-        effects.append({"experiment": experiment, "data": data, "budget": budget, "variant": variant,
+        effects.append({"experiment": experiment, "data": data, "budget": budget, "rotation": rotation,
+                        "variant": variant,
                         "metric": metric or "–", "values": _values(members, metric) if metric else [],
                         "base": _values(defaults, metric) if metric else [], "val": val,
                         "other_split": changes_split(variant),
@@ -1070,7 +1112,8 @@ def render_variants(effects: list[dict], bears_on: dict[str, list[int]] | None =
         claims = ", ".join(f"#{n}" for n in (bears_on or {}).get(e["id"], [])) or "–"
         caveat = equivariance_caveat(e["variant"])
         variant = f"`{' '.join(e['variant'])}`" + (f" **not equivariant**: {caveat}" if caveat else "")
-        lines.append(f"| {e['id']} | {e['experiment']} | {variant} | {e['data']}, {e['budget']} | "
+        setting = f"{e['data']}" + (f", rotation {e['rotation']}" if e.get("rotation") else "") + f", {e['budget']}"
+        lines.append(f"| {e['id']} | {e['experiment']} | {variant} | {setting} | "
                      f"{e['metric']} | {shown} | {text(e['base'])} | {difference} | "
                      f"{e['val']} | {e['epochs']} | {claims} |")
     return lines
@@ -1362,7 +1405,8 @@ def build_report(folders: list[Path], out: Path, claims_file: Path | None = None
     for i, effect in enumerate(effects, start=1):
         effect["id"] = f"A{i}"
     bears_on = {e["id"]: sorted({s.number for s in scored for c in checks if c.claim is s.claim and not c.variant
-                                 and e["experiment"] in c.experiments and (c.data, c.budget) == (e["data"], e["budget"])})
+                                 and e["experiment"] in c.experiments and (c.data, c.budget) == (e["data"], e["budget"])
+                                 and _same_columns(c, e)})
                 for e in effects}
     paper = [s for s in scored if s.claim.kind == "paper"]
     apart = [s for s in scored if s.claim.kind != "paper"]

@@ -86,7 +86,8 @@ class Cell:
 
     @property
     def std(self) -> float | None:
-        return statistics.stdev(self.values) if len(self.values) > 1 else (0.0 if self.values else None)
+        """The sample standard deviation over seeds; ``None`` below two values (one run has no spread)."""
+        return statistics.stdev(self.values) if len(self.values) > 1 else None
 
 
 def _matches(record: dict, match: dict) -> bool:
@@ -161,7 +162,8 @@ def _cell_text(cell: Cell, digits: int, latex: bool, show_paper: str | None) -> 
     """``[ours, paper, Δ]``; ``show_paper`` is None to compare, else the text shown instead of the paper's."""
     pm = r" $\pm$ " if latex else " ± "
     if cell.values:
-        ours = f"{_fmt(cell.mean, digits)}{pm}{_fmt(cell.std, digits)} (n={len(cell.values)})"
+        spread = f"{pm}{_fmt(cell.std, digits)}" if cell.std is not None else ""
+        ours = f"{_fmt(cell.mean, digits)}{spread} (n={len(cell.values)})"
     elif cell.failures:
         ours = f"missing: {cell.failures[0][:80]}"
     else:

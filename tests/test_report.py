@@ -384,6 +384,8 @@ def test_a_seed_trained_in_two_environments_is_no_pair(tmp_path):
     lines = report.build_report([runs], tmp_path / "out").read_text().splitlines()
     claim = claim_row("\n".join(lines), "CN(NL)-PointNet: z/SO(3) = z/z")
     assert "2 pairs" in claim and "+0.0 ± 0.0" in claim and "**holds**" in claim
+    # beside the test, the values it used: the two pairs, and the seed left out said so
+    assert "(n 2) vs " in claim and "(paired seeds; 2 runs without a partner trained in the same environment" in claim
     # the same three seeds, all on the CPU: seed 2's 5-point gap is a pair, and the check cannot hold
     write_run(runs, "cn2_z_z_cpu", "modelnet/cn_nl_pointnet", 2, {"test/acc": 0.70}, data=SHAPES,
               environment=cpu, extra_config={"data": {"_target_": SHAPES, "rotation": "z/z"}})
@@ -693,3 +695,49 @@ def test_a_reduction_claim_where_the_reduced_side_is_always_zero_says_so(tmp_pat
         "| **not resolved: canonical (one element) is 0 in every run, nothing to cut** |")
     text = runs_with([0.02, 0.03, 0.025], tmp_path / "some")
     assert "nothing to cut" not in claim_row(text, claim) and verdict_of(text, claim) == "holds"
+
+
+def test_the_best_epoch_comes_from_the_tested_checkpoint_or_a_whole_curve(tmp_path):
+    """A resume can cut a run's early epochs from csv/metrics.csv: the best epoch is the tested checkpoint's, and a
+    curve that does not start at the first validation is not read for it."""
+    monitored = {"optimized_metric": "val/error", "optimized_mode": "min"}
+    cut = write_run(tmp_path, "cut", "rotmnist/cnn", 0, {"test/error": 3.0}, epochs=60, max_epochs=100,
+                    curve=[(e, 5.0 - 0.01 * e) for e in range(50, 60)], extra_config=monitored)
+    record = {"status": "completed", "epochs": 60, "config.trainer.max_epochs": 100, "path": str(cut / "results.json"),
+              **{f"config.{k}": v for k, v in monitored.items()}}
+    assert report.stopping_text("x", [record]) == "x: 1 of 1 stopped early after 60 epochs"  # the cut curve: no best
+    record["checkpoint"] = "checkpoints/epoch_049.ckpt"
+    assert report.stopping_text("x", [record]) == ("x: 1 of 1 stopped early after 60 epochs, best validation after "
+                                                   "50 epochs")
+
+
+def test_early_stopping_removed_is_no_early_stopping_and_patience_is_said_in_epochs():
+    from canonical_network.records import budget_of
+
+    base = {"config.trainer.max_epochs": 100, "config.callbacks.last_checkpoint.filename": "last.ckpt"}
+    patience = {**base, "config.callbacks.early_stopping.patience": 120, "config.trainer.check_val_every_n_epoch": 5}
+    removed = dict(base)  # ~callbacks.early_stopping: the callbacks config has no such key
+    nulled = {**base, "config.callbacks.early_stopping": None}
+    assert budget_of(patience) == "≤ 100 epochs"
+    assert budget_of(removed) == budget_of(nulled) == "≤ 100 epochs, no early stopping"
+    assert budget_of({"config.trainer.max_epochs": 100}) == "≤ 100 epochs"  # no callbacks recorded: unknown
+    assert report._patience(patience) == "patience 600 epochs (120 validations)"
+    assert report._patience({**base, "config.callbacks.early_stopping.patience": 20}) == "patience 20 epochs"
+    assert report._patience(removed) == "none"
+
+
+def test_an_ablation_is_compared_with_its_rows_runs_of_the_same_rotation_column(tmp_path):
+    """A point-cloud row has runs in several rotation columns; an ablation run under z/SO(3) is set against the
+    row's z/SO(3) runs only (pooling the columns counted a z-trained model twice and mixed in SO(3) training)."""
+    runs = tmp_path / "runs"
+    for seed in range(3):
+        for rotation, acc in (("z/z", 0.9), ("z/so3", 0.5), ("so3/so3", 0.8)):
+            write_run(runs, f"row{seed}_{rotation.replace('/', '_')}", "modelnet/cn_nl_pointnet", seed,
+                      {"test/acc": acc + 0.01 * seed}, data=SHAPES,
+                      extra_config={"data": {"_target_": SHAPES, "rotation": rotation}})
+        write_run(runs, f"abl{seed}", "modelnet/cn_nl_pointnet", seed, {"test/acc": 0.6 + 0.01 * seed},
+                  overrides=["canonicalization.hidden_dim=16"], data=SHAPES,
+                  extra_config={"data": {"_target_": SHAPES, "rotation": "z/so3"}})
+    text = report.build_report([runs], tmp_path / "out").read_text()
+    row = next(line for line in text.splitlines() if "`canonicalization.hidden_dim=16`" in line)
+    assert "rotation z/so3" in row and "| 0.51 ± 0.025 (3) |" in row and "+0.1 ± 0" in row

@@ -92,7 +92,7 @@ def test_a_diverged_run_is_counted_and_listed_never_pooled(tmp_path):
     listed = next(line for line in text.splitlines() if line.startswith("| `cn_diverged` |"))
     assert "| diverged | training loss nan at epoch 12 |" in listed
     row = next(line for line in text.splitlines() if line.startswith("| CN-GNN | ≤ 1000 epochs |"))
-    assert "| 0.0070 ± " in row and "| 3 |" in row  # 9.0 is not in the mean, nor in n
+    assert "| 0.0070 ± " in row and "| 3 (+1 diverged) |" in row  # 9.0 is not in the mean, nor in n: said beside it
 
 
 def test_a_cell_whose_seeds_ran_different_code_versions_is_flagged(tmp_path):
