@@ -360,13 +360,20 @@ def _apply(action: Action, sample: _Sampled, x: torch.Tensor) -> torch.Tensor:
     """``g · x`` under one action."""
     if callable(action):
         return action(sample.as_element(x.shape[0], x), x)
-    if action == "invariant" or not torch.is_tensor(x) or not x.is_floating_point():
+    if action == "invariant" or not torch.is_tensor(x):
         return x
+    if not x.is_floating_point() and action in ("points", "vectors"):
+        raise TypeError(f"check_equivariance: the {action!r} action needs floating-point coordinates, got {x.dtype} "
+                        "(an integer tensor cannot be rotated; pass it as float, or as input_actions 'invariant' "
+                        "if the group leaves it as it is)")
     if action == "image":
         if x.dim() != 4:
             raise ValueError(f"check_equivariance: the 'image' action needs (B, C, H, W) tensors, got {tuple(x.shape)}")
         if sample.grid is not None:
-            return act_exact(x, *sample.grid)
+            return act_exact(x, *sample.grid)  # quarter turns and flips reorder pixels: exact for any dtype
+        if not x.is_floating_point():
+            raise TypeError(f"check_equivariance: a rotation off the pixel grid resamples the image, which needs "
+                            f"floating-point images; got {x.dtype} (pass images.float())")
         if not isinstance(sample.element, PlanarElement):
             raise TypeError("check_equivariance: an image moves by a planar element (C_N, D_N, SO(2)), got a 3-D one")
         return act(x, sample.element)
@@ -374,9 +381,9 @@ def _apply(action: Action, sample: _Sampled, x: torch.Tensor) -> torch.Tensor:
     if isinstance(g, ProductElement):  # the 3-D factor's action, then the order (the two commute)
         if action != "elements":
             x = _apply(action, _Sampled(sample.label, element=g.first), x)
-        return permute(x, g.second.perm) if x.dim() >= 2 and x.shape[1] == g.second.n else x
+        return _permute_elements(action, x, g.second)
     if isinstance(g, PermutationElement):  # every per-element action permutes dim 1
-        return permute(x, g.perm)
+        return _permute_elements(action, x, g)
     if action == "elements":
         raise TypeError("check_equivariance: the 'elements' action needs a permutation (S_n)")
     if sample.grid is not None or not isinstance(g, EuclideanTransform):
@@ -389,6 +396,25 @@ def _apply(action: Action, sample: _Sampled, x: torch.Tensor) -> torch.Tensor:
     if x.dim() == 2:  # one point per sample, (B, 3): as a cloud of one point
         return g.apply_to_points(x.unsqueeze(1)).squeeze(1)
     return g.apply_to_points(x)
+
+
+def _per_element(action: str, x: torch.Tensor, n: int) -> bool:
+    """Whether ``x`` holds one entry per set element along dim 1 (so S_n permutes it): ``(B, n, ...)`` for
+    "elements"; ``(B, n, 3)`` for "points"/"vectors", whose ``(B, 3)`` is one point or vector per sample (never
+    its 3 coordinates taken for 3 elements when n = 3)."""
+    if action in ("points", "vectors"):
+        return x.dim() >= 3 and x.shape[1] == n
+    return x.dim() >= 2 and x.shape[1] == n
+
+
+def _permute_elements(action: str, x: torch.Tensor, g: PermutationElement) -> torch.Tensor:
+    """S_n's part of ``g · x``: dim 1 permuted where it holds one entry per element (:func:`_per_element`)."""
+    if _per_element(action, x, g.n):
+        return permute(x, g.perm)
+    if action == "elements":
+        raise ValueError(f"check_equivariance: the 'elements' action needs (B, n, ...) tensors with n = {g.n}, got "
+                         f"{tuple(x.shape)}")
+    return x  # one point or vector per sample: S_n leaves it as it is
 
 
 def _check_action(action: Action, where: str) -> None:
@@ -411,15 +437,31 @@ def _permuted_inputs(inputs: Sequence[torch.Tensor]) -> tuple[str, ...]:
     """Under S_n: every input ``(B, n, ...)`` with the first input's ``n`` is permuted ("elements"), the others
     are invariant."""
     n = inputs[0].shape[1]
+    _refuse_ambiguous(inputs, n)
     return tuple("elements" if x.dim() >= 2 and x.shape[1] == n else "invariant" for x in inputs)
+
+
+def _refuse_ambiguous(inputs: Sequence[torch.Tensor], n: int | None) -> None:
+    """With 3 set elements in 3-D (a first input ``(B, 3, 3)``), a later ``(B, 3)`` input is one value per element
+    or one 3-vector per sample: the shapes cannot say which, so the caller must (``input_actions``)."""
+    first = inputs[0]
+    if n != 3 or first.dim() < 3 or first.shape[-1] != 3:
+        return
+    for i, x in enumerate(inputs[1:], start=1):
+        if torch.is_tensor(x) and x.dim() == 2 and x.shape[1] == 3:
+            raise ValueError(f"check_equivariance: input {i} has shape {tuple(x.shape)} with a set of 3 elements in "
+                             "3-D: one value per element, or one 3-vector per sample? Say it with input_actions "
+                             "('elements', 'vectors', 'points' or 'invariant' for each input)")
 
 
 def _product_inputs(inputs: Sequence[torch.Tensor]) -> tuple[str, ...]:
     """Under a 3-D group × S_n: the 3-D actions of :func:`default_input_actions`, with the per-element inputs that
     the 3-D group leaves invariant (N-body's charges) permuted ("elements"); one-per-sample inputs invariant."""
     n = inputs[0].shape[1] if inputs[0].dim() >= 2 else None
+    actions = default_input_actions(inputs, False)
+    _refuse_ambiguous(inputs, n)
     return tuple("elements" if a == "invariant" and x.dim() >= 2 and x.shape[1] == n else a
-                 for a, x in zip(default_input_actions(inputs, False), inputs, strict=True))
+                 for a, x in zip(actions, inputs, strict=True))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -494,7 +536,8 @@ def check_equivariance(
               and returning any of those elements, e.g. ``cn.random_rotations`` or ``cn.random_axis_rotations``.
 
             3-D elements are drawn in float64 from a generator seeded with ``seed``, one per sample.
-        output_action: ``ρ`` on the output: ``"invariant"`` (default: class logits, per-point part logits),
+        output_action: ``ρ`` on the output: ``"invariant"`` (default: class logits; per-point part logits under
+            rotations alone, but ``"elements"`` under S_n or a product with it: they follow the points' order),
             ``"points"`` (``x Rᵀ + t``: predicted positions), ``"vectors"`` (``v Rᵀ``), ``"image"`` (dense
             outputs that rotate with the image), ``"elements"`` (per-element outputs ``(B, n, ...)`` that the
             permutation reorders and a 3-D group leaves alone; under a product, ``"points"`` and ``"vectors"``

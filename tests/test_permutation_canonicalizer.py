@@ -175,3 +175,52 @@ def test_the_fast_path_skips_sinkhorn_and_gives_the_same_outputs(selection):
     # soft applies the matrix forward: never the fast path
     with torch.no_grad():
         assert _h(selection="soft").eval().canonicalize(x, q)[1].relaxed is not None
+
+
+# ----------------------------------------------- the check itself: integer inputs, n = 3, part logits (a review)
+
+def test_integer_inputs_are_moved_so_the_check_is_not_vacuous():
+    """Integer inputs were returned unmoved whatever their action: a model privileging element 0's integer type
+    passed S_n, and a plain CNN on uint8 images passed C4 with error exactly 0 (model(x) against model(x))."""
+    types = torch.tensor([[0, 1, 2, 1], [2, 2, 0, 1]])
+    positions = torch.randn(2, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+    def first_type(p, t):  # not S_n-invariant: reads element 0
+        return (t[:, :1].to(p.dtype) * 3.0 + p.sum(dim=(1, 2))[:, None])
+
+    def type_counts(p, t):  # S_n-invariant
+        return torch.nn.functional.one_hot(t, 3).sum(1).to(p.dtype) + p.sum(dim=(1, 2))[:, None]
+
+    assert not cn.check_equivariance(first_type, (positions, types), "S_n").passed
+    assert cn.check_equivariance(type_counts, (positions, types), "S_n").passed
+    images = torch.randint(0, 255, (3, 1, 8, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    corner = lambda x: x[:, :, :2, :2].float().flatten(1)  # noqa: E731 (not rotation invariant)
+    assert not cn.check_equivariance(corner, images, "C4").passed
+    with pytest.raises(TypeError, match="floating-point coordinates, got torch.int64"):
+        cn.check_equivariance(lambda p: p.float(), torch.ones(2, 4, 3, dtype=torch.long), "SO(3)")
+
+
+def test_with_three_elements_a_per_sample_vector_is_not_taken_for_three_elements():
+    """(B, 3) is one point per sample, not 3 elements, even when the set has 3: the centroid of 3 particles is
+    E(3) x S_n-equivariant (it failed), and an ambiguous (B, 3) input must be named (it was permuted)."""
+    particles = torch.randn(4, 3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    assert cn.check_equivariance(lambda p: p.mean(dim=1), particles, "E(3)×S_n", output_action="points").passed
+    assert not cn.check_equivariance(lambda p: p[:, 0], particles, "E(3)×S_n", output_action="points").passed
+    per_sample = torch.randn(4, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"input 1 has shape \(4, 3\) with a set of 3 elements"):
+        cn.check_equivariance(lambda p, u: p.sum(1) + u, (particles, per_sample), "S_n")
+    pairs = lambda p, u: (p[:, :, 0] * u).sum(-1, keepdim=True)  # noqa: E731 (pairs particle k with u's coordinate k)
+    assert not cn.check_equivariance(pairs, (particles, per_sample), "S_n", input_actions=("elements", "invariant"))
+
+
+def test_part_segmentation_refuses_part_logits_left_in_the_sorted_order():
+    import hydra
+
+    from tests.helpers import compose_config
+
+    cfg = compose_config(["experiment=shapenet/pointnet", "canonicalization=so3_permutation"])
+    with pytest.raises(Exception, match="canonicalization.second.output=invariant: part segmentation"):
+        hydra.utils.instantiate(cfg.model)
+    cfg = compose_config(["experiment=shapenet/pointnet", "canonicalization=so3_permutation",
+                          "canonicalization.second.output=elements"])
+    hydra.utils.instantiate(cfg.model)

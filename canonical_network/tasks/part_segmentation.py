@@ -15,6 +15,18 @@ from canonical_network.tasks.pointcloud_classification import smoothed_loss
 from canonical_network.utils.checks import check_choice, check_fraction
 
 
+def refuse_invariant_permutation(canonicalizer) -> None:
+    """Per-point part logits must go back to the input's point order: an S_n canonicalizer (alone or as a factor of
+    a product) with ``output=invariant`` would return them in its canonical order, misaligned with the labels."""
+    from canonical_network.canonicalization.permutation import PermutationCanonicalizer
+
+    for module in canonicalizer.modules():
+        if isinstance(module, PermutationCanonicalizer) and module.output == "invariant":
+            key = "canonicalization.second.output" if module is not canonicalizer else "canonicalization.output"
+            raise ValueError(f"{key}=invariant: part segmentation predicts one output per point, which must be "
+                             f"mapped back to the input's point order; use {key}=elements")
+
+
 class PartSegmentationTask(CanonicalizedTask):
     """``model(points, category)``: (B, P, 3), (B,) int64 → part logits (B, P, num_parts).
 
@@ -68,6 +80,7 @@ class PartSegmentationTask(CanonicalizedTask):
             }
             for split in ("val", "test")
         }
+        refuse_invariant_permutation(canonicalizer)
         super().__init__(canonicalizer, predictor, optimizer, scheduler, metrics=metrics)
         self.num_parts = int(num_parts)
         self.label_smoothing = check_fraction("model.label_smoothing", label_smoothing)
