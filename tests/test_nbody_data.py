@@ -420,3 +420,27 @@ def test_o3_augmentation_turns_each_training_system_rigidly_and_leaves_evaluatio
     assert NBodyDataModule(data_dir=str(tiny_dir), **TINY).augment_train_batch(batch) is batch
     with pytest.raises(ValueError, match="data.augmentation.*none.*o3.*so3"):
         NBodyDataModule(data_dir=str(tiny_dir), augmentation="so3", **TINY)
+
+
+def test_an_interrupted_regeneration_leaves_files_missing_never_a_mix_of_two_seeds(tiny_dir, tmp_path, monkeypatch):
+    """Regenerating a folder with another seed, cut off after the training split, used to leave seed-44 training
+    files beside seed-43 validation and test files, with no manifest: accepted by shape alone. Every file of the
+    dataset now goes with the manifest, so what is left is incomplete and is generated again."""
+    import canonical_network.data.nbody as nbody
+
+    folder = _copy(tiny_dir, tmp_path / "mixed")
+    simulate, calls = nbody.simulate, []
+
+    def cut_off(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("interrupted while simulating the validation split")
+        return simulate(*args, **kwargs)
+
+    monkeypatch.setattr(nbody, "simulate", cut_off)
+    with pytest.raises(KeyboardInterrupt):
+        generate_nbody_dataset(folder, get_dataset_spec("nbody_small", seed=44, **TINY), progress=False)
+    spec = get_dataset_spec("nbody_small", **TINY)
+    left = sorted(p.name for p in folder.iterdir() if p.suffix == ".npy")
+    assert left and all("train" in name for name in left)  # the interrupted split's files: none of the old ones
+    assert not (folder / spec.manifest_name).exists()

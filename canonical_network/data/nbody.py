@@ -203,6 +203,11 @@ def generate_nbody_dataset(
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / spec.manifest_name
     manifest_path.unlink(missing_ok=True)  # the manifest is written last and marks a complete dataset
+    # and every file of the dataset goes with it: an interrupted regeneration (another seed into a folder holding a
+    # dataset) must leave files missing, which forces the next run to generate again, never a mix of the two
+    for split in NBODY_FILE_SPLITS:
+        for array in ARRAYS:
+            (out / spec.file_name(array, split)).unlink(missing_ok=True)
 
     start = time.perf_counter()
     rng = np.random.RandomState(spec.seed)
