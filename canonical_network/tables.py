@@ -58,11 +58,17 @@ def load_wandb_runs(project: str, group: str | None = None, api=None) -> list[di
         config = {k: v for k, v in dict(run.config).items() if not k.startswith("_")}
         if config.get(EVALUATED_CHECKPOINT_KEY):
             continue  # an `evaluate` run: a checkpoint tested again, not a training run of the row
-        summary = {k: v for k, v in dict(run.summary).items() if isinstance(v, (int, float))}
+        full_summary = dict(run.summary)
+        summary = {k: v for k, v in full_summary.items() if isinstance(v, (int, float))}
+        # the record's own status (train writes it to the summary: a diverged run also finishes in W&B's sense);
+        # W&B's run state where the summary has none (runs logged before it did)
+        status = full_summary.get("status")
+        if not isinstance(status, str):
+            status = "completed" if run.state == "finished" else run.state
         results = {
             "experiment": config.get("experiment_name"),
             "seed": config.get("seed"),
-            "status": "completed" if run.state == "finished" else run.state,
+            "status": status,
             "config": config,
             "metrics": {k: v for k, v in summary.items() if k.startswith("test/")},
         }

@@ -94,6 +94,19 @@ def test_wandb_reader_builds_the_same_records():
     text = tables.make_tables(runs, only="rotmnist_table1")
     assert "2.50 ± 0.71 (n=2)" in text
 
+    class DivergedRun(FakeRun):  # finished to W&B, diverged to its record (train writes the status to the summary)
+        def __init__(self):
+            super().__init__("rotmnist/cn_p4", 90.0)
+            self.summary["status"] = "diverged"
+
+    class WithDiverged(FakeApi):
+        def runs(self, project, filters=None):
+            return [*super().runs(project, filters), DivergedRun()]
+
+    runs = tables.load_wandb_runs("me/canonical-network", "rotmnist_table1", api=WithDiverged())
+    assert [r["status"] for r in runs] == ["completed", "completed", "diverged"]
+    assert "2.50 ± 0.71 (n=2)" in tables.make_tables(runs, only="rotmnist_table1")  # 90.0 not pooled
+
 
 def test_several_folders_and_another_metric(tmp_path, capsys):
     write_result(tmp_path / "sweep_a", "cnn", "rotmnist/cnn", {"test/error": 5.0, "test/orbit/error_worst": 9.0})

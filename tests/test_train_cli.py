@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -38,6 +39,10 @@ def test_cli_fast_run_writes_results_and_offline_wandb(tmp_path):
     offline_runs = list((run_dir / "wandb").glob("offline-run-*"))
     assert offline_runs, "W&B should run offline by default"
     assert "wandb sync" in proc.stdout
+    # the record's status goes to the W&B summary (tables read it: a diverged run also "finishes" to W&B); an
+    # offline run keeps its summary updates in its .wandb log, as a key and its JSON value
+    (log,) = offline_runs[0].glob("*.wandb")
+    assert re.search(rb"status.{0,8}\"completed\"", log.read_bytes(), re.DOTALL)
 
 
 def test_bad_num_rotations_fails_before_training(tmp_path):

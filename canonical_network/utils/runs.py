@@ -326,6 +326,11 @@ def finish(results: RunResults, output_dir: Path, trainer, loggers: list, log: l
     """Write ``<run dir>/results.json`` and print the summary (global rank 0 only)."""
     if trainer.is_global_zero:
         write_results(output_dir, results)
+        from lightning.pytorch.loggers import WandbLogger
+
+        for lg in loggers:  # the record's status beside the metrics: a diverged run is "finished" to W&B too
+            if isinstance(lg, WandbLogger):
+                lg.experiment.summary["status"] = results.get("status")
         print_summary(results, output_dir, loggers, log)
 
 
