@@ -88,6 +88,20 @@ def job_claim(out: Path, experiment: str, seed: int, variant: str = ""):
         yield holder
 
 
+#: how often a job waiting on a source that another process runs checks whether it has finished (seconds)
+CLAIM_POLL_S = 30.0
+
+
+def wait_while_claimed(out: Path, experiment: str, seed: int, variant: str = "") -> None:
+    """Return once no process holds the job's claim: a source job run by another lane (this process skipped it
+    as busy, which marks it finished here) is waited for instead of being taken for one that never ran."""
+    while True:
+        with job_claim(out, experiment, seed, variant) as holder:
+            if holder is None:
+                return
+        time.sleep(CLAIM_POLL_S)
+
+
 def _claimed_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
                  finished: dict[tuple[str, int], threading.Event], variant: str,
                  committed: Path | None, unfinished: Path | None) -> str:
@@ -107,6 +121,7 @@ def _claimed_job(out: Path, experiment: str, seed: int, overrides: list[str], th
         source, key = DEPENDS_ON[experiment]
         if (source, seed) in finished:  # queued before this job, so it is running or done: wait for it
             finished[(source, seed)].wait()
+        wait_while_claimed(out, source, seed, variant)  # another lane (process) may be running it: wait for it too
         record = completed(job_dir(out, source, seed, variant))
         if record is None or record["status"] != "completed":
             return f"FAILED {experiment} seed {seed}: {source} seed {seed} has not completed in {out}"

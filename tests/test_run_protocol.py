@@ -188,3 +188,45 @@ def test_two_processes_share_a_stage_each_job_run_once(tmp_path):
                             "print(c.__enter__())", str(PROJECT_ROOT / "scripts"), str(out)],
                            capture_output=True, text=True, timeout=60)
     assert claim.stdout.strip() == "None", claim.stdout + claim.stderr
+
+
+def test_a_dependent_job_waits_for_its_source_run_by_another_lane(tmp_path, monkeypatch):
+    """Two lanes: lane A runs rotmnist/cn_p64, lane B skips it as busy (which marks it finished in B) and reaches
+    rotmnist/cn_pretrained. B used to report it FAILED at once ("has not completed"); it now waits for A's claim
+    and starts once A's record is there."""
+    import threading
+
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    import run_protocol
+
+    out = tmp_path / "out"
+    source = run_protocol.job_dir(out, "rotmnist/cn_p64", 0)
+    claim = out / ".claims" / "rotmnist" / "cn_p64" / "seed0.lock"
+    claim.parent.mkdir(parents=True)
+    lane_a = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from canonical_network.utils.files import exclusive_lock\n"
+        f"with exclusive_lock({str(claim)!r}) as holder:\n"
+        "    print('held' if holder is None else 'not held', flush=True); sys.stdin.readline()")],
+        cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert lane_a.stdout.readline().strip() == "held"
+    monkeypatch.setattr(run_protocol, "CLAIM_POLL_S", 0.1)
+    calls = []
+    monkeypatch.setattr(run_protocol.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+
+    def lane_a_finishes():
+        source.mkdir(parents=True)
+        (source / "checkpoints").mkdir()
+        (source / "results.json").write_text(json.dumps({"status": "completed",
+                                                         "checkpoint": "checkpoints/epoch_001.ckpt"}))
+        lane_a.communicate("\n", timeout=60)
+
+    finished = {("rotmnist/cn_p64", 0): threading.Event(), ("rotmnist/cn_pretrained", 0): threading.Event()}
+    finished[("rotmnist/cn_p64", 0)].set()  # lane B skipped it as busy
+    timer = threading.Timer(1.0, lane_a_finishes)
+    timer.start()
+    try:
+        message = run_protocol.run_job(out, "rotmnist/cn_pretrained", 0, [], 1, finished)
+    finally:
+        timer.join()
+    assert message.startswith("done rotmnist/cn_pretrained seed 0"), message
+    assert any(arg.startswith("canonicalization.checkpoint=") for arg in calls[0])
