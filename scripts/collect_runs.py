@@ -82,7 +82,7 @@ def collect(source: Path, dest: Path) -> list[Path]:
         if old.is_file() and old.read_bytes() != results.read_bytes():  # another run's record: drop its extras
             for stale in [target / name for name in KEPT] + diagnosis_files(target):
                 if str(stale.relative_to(target)) not in names or not (run / stale.relative_to(target)).is_file():
-                    stale.unlink()
+                    stale.unlink(missing_ok=True)
         for name in names:
             if (run / name).is_file():
                 _copy_into_place(run / name, target / name)

@@ -88,6 +88,12 @@ def test_collect_never_leaves_another_runs_diagnosis_beside_a_new_record(tmp_pat
     collect(tmp_path / "src", tmp_path / "dst")
     assert (kept / "diagnose" / "diagnostics.json").read_text() == '{"b": 1}'
     assert not list(kept.rglob(".*.partial"))
+    # a replacing run without metrics, over a record without them either: nothing to remove, no error
+    (run / "csv" / "metrics.csv").unlink()
+    (kept / "csv" / "metrics.csv").unlink()
+    (run / "results.json").write_text(json.dumps({"status": "completed", "run": "C"}))
+    assert collect(tmp_path / "src", tmp_path / "dst") == [kept]
+    assert json.loads((kept / "results.json").read_text())["run"] == "C"
 
 
 def test_run_protocol_takes_an_unreadable_record_for_an_unfinished_run(tmp_path):
