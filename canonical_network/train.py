@@ -199,8 +199,12 @@ def run(cfg: DictConfig) -> RunResults:
 
     validate_run_config(cfg)
     output_dir = Path(cfg.paths.output_dir)
-    if cfg.get("skip_finished", False) and final_status(output_dir) is not None:
-        log.info("skip_finished: %s holds a finished run; its record is left as it is", output_dir)
+    # a job Slurm requeued (SLURM_RESTART_COUNT >= 1) whose run had already finished -- the pre-timeout signal
+    # can land after results.json is written, before the job ends -- returns that record instead of failing
+    requeued = os.environ.get("SLURM_RESTART_COUNT", "0").strip() not in ("", "0")
+    if (cfg.get("skip_finished", False) or requeued) and final_status(output_dir) is not None:
+        log.info("%s: %s holds a finished run; its record is left as it is",
+                 "skip_finished" if cfg.get("skip_finished", False) else "requeued by Slurm", output_dir)
         return read_results(output_dir / RESULTS_FILE)
     refuse_finished(output_dir)
     if rank_zero_only.rank != 0:

@@ -231,6 +231,23 @@ def test_skip_finished_leaves_a_finished_folder_alone_and_returns_its_record(fin
     assert snapshot(folder) == before
 
 
+def test_a_job_slurm_requeued_after_its_run_finished_returns_the_record(finished, tmp_path, monkeypatch):
+    """Slurm's pre-timeout signal can requeue a job after its results.json is written: the requeued job
+    (SLURM_RESTART_COUNT >= 1) returns that record instead of failing, and writes nothing."""
+    import shutil
+
+    folder = tmp_path / "run"
+    shutil.copytree(finished, folder)
+    before = snapshot(folder)
+    cfg = shrink(compose_config(ROW, folder))
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # the first submission: a finished folder is refused
+    with pytest.raises(RunFolderFinished):
+        run(cfg)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert run(cfg)["status"] == "completed"
+    assert snapshot(folder) == before
+
+
 def test_a_non_finite_training_loss_is_a_final_diverged_record(tmp_path):
     """The task raises FloatingPointError when the training loss is not finite: a rerun of the seed repeats it, so
     the record is final (a stage skips it) and the report lists it as diverged, not as a missing result."""

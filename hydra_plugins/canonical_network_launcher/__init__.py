@@ -90,7 +90,8 @@ class BoundedLocalLauncher(LocalLauncher):
             stop.set()
             stopped = terminate_children()
             log.warning("multirun stopped: SIGTERM sent to its %d running job(s) (processes %s); rerun the same "
-                        "command with hydra.sweep.dir=%s to resume them", len(stopped), stopped,
+                        "command with hydra.sweep.dir=%s skip_finished=true to resume them (finished jobs are "
+                        "kept as they are)", len(stopped), stopped,
                         self.config.hydra.sweep.dir if self.config is not None else "<the sweep folder>")
             raise
         finally:
