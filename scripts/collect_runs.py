@@ -24,7 +24,6 @@ record: a few MB an N-body run); copies of runs that have finished since are del
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from canonical_network.records import (
     find_results,
     read_results,
 )
+from canonical_network.utils.files import atomic_write
 
 #: what is copied of a run besides its diagnoses (every ``diagnose*/diagnostics.json``: records.diagnosis_files)
 KEPT = (RESULTS_FILE, "csv/metrics.csv")
@@ -50,15 +50,6 @@ def renamed(relative: Path, record: dict) -> Path:
         return relative
     return Path(*(f"pts{points}_{part.removeprefix(LEGACY_PREFIX)}" if part.startswith(LEGACY_PREFIX) else part
                   for part in relative.parts))
-
-
-def _copy_into_place(source: Path, target: Path) -> None:
-    """``shutil.copy2`` through a temporary file renamed over ``target``: a reader (or a copy cut short) sees the
-    old file or the new one, never part of one."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.partial")
-    shutil.copy2(source, partial)
-    os.replace(partial, target)
 
 
 def collect(source: Path, dest: Path) -> list[Path]:
@@ -85,7 +76,11 @@ def collect(source: Path, dest: Path) -> list[Path]:
                     stale.unlink(missing_ok=True)
         for name in names:
             if (run / name).is_file():
-                _copy_into_place(run / name, target / name)
+                # through a temporary file renamed over the old one: a reader, or a copy cut short, sees the old
+                # file or the new one, never part of one
+                (target / name).parent.mkdir(parents=True, exist_ok=True)
+                with open(run / name, "rb") as original:
+                    atomic_write(target / name, lambda stream, original=original: shutil.copyfileobj(original, stream))
         copied.append(target)
     return copied
 

@@ -29,6 +29,7 @@ magnitude (each such test also checks a non-equivariant control against the same
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
@@ -252,3 +253,24 @@ def run_markdown_python_blocks(path: Path | str, namespace: dict | None = None) 
         code = compile("\n" * (line - 1) + source, str(path), "exec")
         exec(code, namespace)  # noqa: S102 - the project's own documentation
     return namespace
+
+
+@contextmanager
+def hold_lock(path: Path | str):
+    """Another process holding the POSIX lock on ``path`` for the ``with`` block (such locks are per process, so a
+    thread of the test's own process could not stand for another run or lane)."""
+    import subprocess
+    import sys
+
+    from canonical_network.utils.config import PROJECT_ROOT
+
+    proc = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from canonical_network.utils.files import exclusive_lock\n"
+        f"with exclusive_lock({str(path)!r}) as holder:\n"
+        "    print('held' if holder is None else 'not held', flush=True); sys.stdin.readline()")],
+        cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        yield
+    finally:
+        proc.communicate("\n", timeout=60)

@@ -87,7 +87,7 @@ def test_collect_never_leaves_another_runs_diagnosis_beside_a_new_record(tmp_pat
     collect(tmp_path / "src", tmp_path / "dst")
     collect(tmp_path / "src", tmp_path / "dst")
     assert (kept / "diagnose" / "diagnostics.json").read_text() == '{"b": 1}'
-    assert not list(kept.rglob(".*.partial"))
+    assert not list(kept.rglob(".*.tmp"))
     # a replacing run without metrics, over a record without them either: nothing to remove, no error
     (run / "csv" / "metrics.csv").unlink()
     (kept / "csv" / "metrics.csv").unlink()
@@ -201,6 +201,9 @@ def test_a_dependent_job_waits_for_its_source_run_by_another_lane(tmp_path, monk
     rotmnist/cn_pretrained. B used to report it FAILED at once ("has not completed"); it now waits for A's claim
     and starts once A's record is there."""
     import threading
+    import time
+
+    from tests.helpers import hold_lock
 
     sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
     import run_protocol
@@ -209,30 +212,27 @@ def test_a_dependent_job_waits_for_its_source_run_by_another_lane(tmp_path, monk
     source = run_protocol.job_dir(out, "rotmnist/cn_p64", 0)
     claim = out / ".claims" / "rotmnist" / "cn_p64" / "seed0.lock"
     claim.parent.mkdir(parents=True)
-    lane_a = subprocess.Popen([sys.executable, "-c", (
-        "import sys; from canonical_network.utils.files import exclusive_lock\n"
-        f"with exclusive_lock({str(claim)!r}) as holder:\n"
-        "    print('held' if holder is None else 'not held', flush=True); sys.stdin.readline()")],
-        cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert lane_a.stdout.readline().strip() == "held"
     monkeypatch.setattr(run_protocol, "CLAIM_POLL_S", 0.1)
     calls = []
     monkeypatch.setattr(run_protocol.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+    holding = threading.Event()
 
-    def lane_a_finishes():
-        source.mkdir(parents=True)
-        (source / "checkpoints").mkdir()
-        (source / "results.json").write_text(json.dumps({"status": "completed",
-                                                         "checkpoint": "checkpoints/epoch_001.ckpt"}))
-        lane_a.communicate("\n", timeout=60)
+    def lane_a():  # holds the source's claim, and writes its record a second after lane B reached the dependent
+        with hold_lock(claim):
+            holding.set()
+            time.sleep(1.0)
+            (source / "checkpoints").mkdir(parents=True)
+            (source / "results.json").write_text(json.dumps({"status": "completed",
+                                                             "checkpoint": "checkpoints/epoch_001.ckpt"}))
 
     finished = {("rotmnist/cn_p64", 0): threading.Event(), ("rotmnist/cn_pretrained", 0): threading.Event()}
     finished[("rotmnist/cn_p64", 0)].set()  # lane B skipped it as busy
-    timer = threading.Timer(1.0, lane_a_finishes)
-    timer.start()
+    thread = threading.Thread(target=lane_a)
+    thread.start()
     try:
+        assert holding.wait(timeout=60)
         message = run_protocol.run_job(out, "rotmnist/cn_pretrained", 0, [], 1, finished)
     finally:
-        timer.join()
+        thread.join()
     assert message.startswith("done rotmnist/cn_pretrained seed 0"), message
     assert any(arg.startswith("canonicalization.checkpoint=") for arg in calls[0])

@@ -79,16 +79,42 @@ def test_checkpoint_loader_refuses_a_pickle(tmp_path):
     assert not marker.exists()
 
 
-def tampered_checkpoint(trained: Path, tmp_path: Path, marker: Path) -> Path:
-    """The trained checkpoint, weights-only loadable, whose stored run config calls torch.load on a pickle."""
-    evil = pickle_payload(tmp_path / "second.pkl", marker)
+def edited_checkpoint(trained: Path, path: Path, marker: Path, edit) -> Path:
+    """The trained checkpoint, saved to ``path`` with its stored run config changed by ``edit(config, evil)``,
+    ``evil`` a pickle whose loading writes ``marker``. It still passes the weights-only check."""
+    evil = pickle_payload(path.with_name("second.pkl"), marker)
     state = torch.load(trained / "checkpoints" / "last.ckpt", weights_only=True)
-    config = state[RUN_CONFIG_KEY]["config"]
-    config["model"]["predictor"] = {"_target_": "torch.load", "f": str(evil), "weights_only": False}
-    path = tmp_path / "tampered.ckpt"
+    edit(state[RUN_CONFIG_KEY]["config"], evil)
     torch.save(state, path)
-    torch.load(path, weights_only=True)  # it passes the weights-only check...
+    torch.load(path, weights_only=True)
     return path
+
+
+def tampered_checkpoint(trained: Path, tmp_path: Path, marker: Path) -> Path:
+    """A stored run config whose predictor calls torch.load on a pickle."""
+    def edit(config, evil):
+        config["model"]["predictor"] = {"_target_": "torch.load", "f": str(evil), "weights_only": False}
+    return edited_checkpoint(trained, tmp_path / "tampered.ckpt", marker, edit)
+
+
+def hidden_target_checkpoint(trained: Path, tmp_path: Path, marker: Path) -> Path:
+    """A stored run config that hides the same ``_target_`` inside an interpolation, under a symmetrization key
+    (which an evaluation may change): ``${oc.create:...}`` only becomes a node with a ``_target_`` once resolved,
+    which ``hydra.utils.instantiate`` does."""
+    def edit(config, evil):
+        hidden = "${oc.create:{_target_: torch.load, f: '" + str(evil) + "', weights_only: false}}"
+        config["canonicalization"]["frame_weights"] = hidden
+        config["model"]["canonicalizer"]["frame_weights"] = hidden
+    return edited_checkpoint(trained, tmp_path / "hidden.ckpt", marker, edit)
+
+
+def evaluate_command(path: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``python -m canonical_network.evaluate ckpt_path=<path>`` into ``<tmp_path>/eval``."""
+    return subprocess.run(
+        [sys.executable, "-m", "canonical_network.evaluate", f"ckpt_path={path}", "logger=none",
+         f"hydra.run.dir={tmp_path / 'eval'}"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+    )
 
 
 def test_stored_config_is_not_built_from_python(trained, tmp_path):
@@ -101,31 +127,11 @@ def test_stored_config_is_not_built_from_python(trained, tmp_path):
 
 def test_stored_config_is_not_built_by_the_evaluate_command(trained, tmp_path):
     marker = tmp_path / "marker"
-    path = tampered_checkpoint(trained, tmp_path, marker)
-    result = subprocess.run(
-        [sys.executable, "-m", "canonical_network.evaluate", f"ckpt_path={path}", "logger=none",
-         f"hydra.run.dir={tmp_path / 'eval'}"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
-    )
+    result = evaluate_command(tampered_checkpoint(trained, tmp_path, marker), tmp_path)
     assert result.returncode != 0
     assert "model.predictor._target_='torch.load'" in result.stderr and "trusted_targets" in result.stderr
     assert not marker.exists()
     assert not (tmp_path / "eval").exists()
-
-
-def hidden_target_checkpoint(trained: Path, tmp_path: Path, marker: Path) -> Path:
-    """The trained checkpoint whose stored config hides a ``_target_`` inside an interpolation, under a
-    symmetrization key (which an evaluation may change): ``${oc.create:...}`` only becomes a node with a
-    ``_target_`` once resolved, which ``hydra.utils.instantiate`` does."""
-    evil = pickle_payload(tmp_path / "second.pkl", marker)
-    state = torch.load(trained / "checkpoints" / "last.ckpt", weights_only=True)
-    config = state[RUN_CONFIG_KEY]["config"]
-    hidden = "${oc.create:{_target_: torch.load, f: '" + str(evil) + "', weights_only: false}}"
-    config["canonicalization"]["frame_weights"] = hidden
-    config["model"]["canonicalizer"]["frame_weights"] = hidden
-    path = tmp_path / "hidden.ckpt"
-    torch.save(state, path)
-    return path
 
 
 def test_a_target_hidden_in_an_interpolation_is_refused(trained, tmp_path):
@@ -134,11 +140,7 @@ def test_a_target_hidden_in_an_interpolation_is_refused(trained, tmp_path):
     with pytest.raises(ValueError, match=r"interpolation at canonicalization\.frame_weights"):
         model_from_checkpoint(path)
     assert not marker.exists()
-    result = subprocess.run(
-        [sys.executable, "-m", "canonical_network.evaluate", f"ckpt_path={path}", "logger=none",
-         f"hydra.run.dir={tmp_path / 'eval'}"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
-    )
+    result = evaluate_command(path, tmp_path)
     assert result.returncode != 0 and "interpolation at canonicalization.frame_weights" in result.stderr
     assert not marker.exists() and not (tmp_path / "eval").exists()
 

@@ -22,7 +22,7 @@ from omegaconf import open_dict
 from canonical_network.train import run
 from canonical_network.utils.config import PROJECT_ROOT
 from canonical_network.utils.unfinished import park, restore, unfinished_runs
-from tests.helpers import compose_config, shrink
+from tests.helpers import compose_config, hold_lock, shrink
 from tests.test_nbody_task import TINY, tiny_dir  # noqa: F401  (the module-scoped data fixture)
 
 
@@ -201,26 +201,6 @@ def test_an_interrupted_restore_is_done_again(tmp_path, monkeypatch):
     assert restore(kept, run_dir)
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["epoch_5.ckpt", "last.ckpt"]
     assert not (run_dir / "checkpoints.partial").exists()
-
-
-def hold_lock(path):
-    """Another process holding ``path``'s run lock (POSIX locks are per process): a context manager."""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def held():
-        proc = subprocess.Popen([sys.executable, "-c", (
-            "import sys; from canonical_network.utils.files import exclusive_lock\n"
-            f"with exclusive_lock({str(path)!r}) as holder:\n"
-            "    print('held' if holder is None else 'not held', flush=True); sys.stdin.readline()")],
-            cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            assert proc.stdout.readline().strip() == "held"
-            yield
-        finally:
-            proc.communicate("\n", timeout=60)
-
-    return held()
 
 
 def test_restore_touches_nothing_while_a_run_holds_the_folder(tmp_path):

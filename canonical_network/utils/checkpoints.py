@@ -453,25 +453,16 @@ def load_weights(model: torch.nn.Module, checkpoint: dict[str, Any], path: str |
                  mismatch: str = "the model rebuilt from its run config") -> None:
     """Load the checkpoint's ``state_dict`` into ``model``, strictly: every weight present and fitting.
 
-    escnn convolutions hold their expanded filters as buffers only outside training mode, so a checkpoint
-    written in one mode lacks (or has extra) keys for a model in the other: on a mismatch the load is
-    retried in the other mode, and the model is put back in its own mode afterwards (switching to eval
-    expands the filters again from the loaded weights, so nothing is lost). ``mismatch`` names what the
-    weights were expected to fit, for the error message.
+    In either mode: escnn's expanded filters, which escnn keeps as buffers in eval mode only, are derived state,
+    never stored and re-expanded on loading (``utils/escnn_compat.py``, fix 4; the filter keys of checkpoints
+    written before are ignored). ``mismatch`` names what the weights were expected to fit, for the error message.
     """
     if "state_dict" not in checkpoint:
         raise ValueError(f"{path} holds no 'state_dict': not a Lightning checkpoint of canonical_network.train")
-    training = model.training
     try:
-        try:
-            model.load_state_dict(checkpoint["state_dict"], strict=True)
-        except RuntimeError:
-            model.train(not training)
-            model.load_state_dict(checkpoint["state_dict"], strict=True)
+        model.load_state_dict(checkpoint["state_dict"], strict=True)
     except RuntimeError as error:
         raise ValueError(f"ckpt_path={str(path)!r}: its weights do not fit {mismatch}: {error}") from None
-    finally:
-        model.train(training)
 
 
 def model_from_checkpoint(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = (),
