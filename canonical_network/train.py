@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import hydra
@@ -49,11 +49,14 @@ from canonical_network.utils.runs import (
     code_version,
     command_overrides,
     finish,
+    fitted_in_workers,
+    forward_sigterm_to_workers,
     instantiate_callbacks,
     instantiate_loggers,
     is_multirun,
     logged_test_metrics,
     prepare_process,
+    recover_fit_state,
     remove_unused_run_folder,
     run_record,
     save_hydra_record,
@@ -76,7 +79,7 @@ def readable_checkpoint(path: Path) -> bool:
         return False
 
 
-def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> str | None:
+def resume_checkpoint(cfg: DictConfig, output_dir: Path, announce: bool = True) -> str | None:
     """``<run dir>/checkpoints/last.ckpt`` when ``resume`` and it exists, else ``ckpt_path`` if given.
 
     The run folder's own progress comes first: ``ckpt_path`` is where a run *starts* (continuing another run
@@ -97,11 +100,13 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> str | None:
             raise FileNotFoundError(f"ckpt_path={cfg.ckpt_path!r} does not exist")
         if not (cfg.get("resume", True) and last.is_file()) or path.resolve() == last.resolve():
             return str(path)
-        log.info("ckpt_path=%s started this run; it resumes from its own progress, %s", path, last)
+        if announce:
+            log.info("ckpt_path=%s started this run; it resumes from its own progress, %s", path, last)
     elif not (cfg.get("resume", True) and last.is_file()):
         return None
     if readable_checkpoint(last):
-        log.info("Resuming from %s", last)
+        if announce:
+            log.info("Resuming from %s", last)
         return str(last)
     others = sorted((p for p in last.parent.glob("*.ckpt") if p != last), key=lambda p: p.stat().st_mtime,
                     reverse=True)
@@ -111,9 +116,30 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> str | None:
             f"{last} is unreadable (truncated or corrupt) and no other checkpoint in {last.parent} is readable; "
             "remove the folder's checkpoints/ to start this run over, or give ckpt_path=<file>"
         )
-    log.warning("%s is unreadable (truncated or corrupt); resuming from %s, the newest readable checkpoint",
-                last, fallback)
+    if announce:
+        log.warning("%s is unreadable (truncated or corrupt); resuming from %s, the newest readable checkpoint",
+                    last, fallback)
     return str(fallback)
+
+
+def check_resumed_config(cfg: DictConfig, output_dir: Path) -> None:
+    """When this run resumes the folder's own checkpoint, refuse a config that differs from the one the
+    checkpoint was written with (:func:`~canonical_network.utils.checkpoints.check_resume_unchanged`; neutral
+    keys: paths, epoch budget, early stopping, loggers, accelerator). ``resume_with_changes=true`` resumes
+    anyway, with a warning naming each change. A ``ckpt_path`` in another folder starts a new run there, and
+    may change anything the weights allow."""
+    from canonical_network.utils.checkpoints import check_resume_unchanged
+
+    if not cfg.get("resume", True):
+        return
+    path = resume_checkpoint(cfg, output_dir, announce=False)
+    if path is None or output_dir.resolve() not in Path(path).resolve().parents:
+        return
+    allow = cfg.get("resume_with_changes", False)  # a bool: validate_run_config checked it
+    changed = check_resume_unchanged(path, OmegaConf.to_container(cfg, resolve=True), allow=allow)
+    for key, before, after in changed:
+        log.warning("resume_with_changes=true: %s was %r when %s was written, %r now", key, before, Path(path).name,
+                    after)
 
 
 class RunFolderBusy(RuntimeError):
@@ -207,6 +233,7 @@ def run(cfg: DictConfig) -> RunResults:
                  "skip_finished" if cfg.get("skip_finished", False) else "requeued by Slurm", output_dir)
         return read_results(output_dir / RESULTS_FILE)
     refuse_finished(output_dir)
+    check_resumed_config(cfg, output_dir)
     if rank_zero_only.rank != 0:
         return _run(cfg)
     with run_folder_lock(output_dir):
@@ -250,9 +277,14 @@ def _run(cfg: DictConfig) -> RunResults:
         if isinstance(callback, RunCheckpoint):
             callback.also_allowed = tuple(allowed[1:])
     # compile=true: compiled for fitting and testing, from a fresh cache inside the run folder (utils/compile.py)
-    with compiled_network(model.network, output_dir, compile_network):
+    workers = fitted_in_workers(trainer)  # trainer=ddp_cpu: fit and test run in forked processes
+    signals = forward_sigterm_to_workers(trainer) if workers else nullcontext()
+    with compiled_network(model.network, output_dir, compile_network), signals:
         # weights only: resuming runs no code from the file (the checkpoints train writes need none)
         trainer.fit(model, datamodule=datamodule, ckpt_path=resumed_from, weights_only=True)
+        epochs = trainer.current_epoch
+        if workers:  # what rank 0's callbacks and loop know, from the last.ckpt it wrote after its last epoch
+            epochs = recover_fit_state(trainer, output_dir) or epochs
 
         best_path = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         if test_ckpt == "last":
@@ -283,13 +315,24 @@ def _run(cfg: DictConfig) -> RunResults:
             cfg, config, status=DIVERGED if divergence else COMPLETED, metrics=test_metrics, params=param_counts,
             checkpoint=best_path or FINAL_WEIGHTS, trainer=trainer, started=start, output_dir=output_dir,
             best_val={cfg.optimized_metric: to_float(best_score)} if best_score is not None else {},
-            epochs=trainer.current_epoch,
+            epochs=epochs,
             resumed_from=path_for_record(resumed_from, output_dir) if resumed_from else None,
             fit_time_s=fit_time_s,
             **({"divergence": divergence} if divergence else {}),
         )
         finish(results, output_dir, trainer, loggers, log)
         return results
+
+
+def is_divergence(error: BaseException) -> bool:
+    """A non-finite training loss: the task's ``FloatingPointError``, raised here or, under ``trainer=ddp_cpu``,
+    in a worker process (it reaches this one as torch's ``ProcessRaisedException``, holding the worker's
+    traceback as text)."""
+    from torch.multiprocessing import ProcessRaisedException
+
+    if isinstance(error, FloatingPointError):
+        return True
+    return isinstance(error, ProcessRaisedException) and "\nFloatingPointError: " in str(error)
 
 
 def write_failure(cfg: DictConfig, error: BaseException) -> None:
@@ -307,7 +350,7 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
         # A non-finite training loss (the task's check raises FloatingPointError) is the run's own outcome, not
         # an accident of the machine: a rerun of the same seed repeats it, so its record is final ("diverged",
         # listed by the report, never pooled) and a stage does not start it again.
-        diverged = isinstance(error, FloatingPointError)
+        diverged = is_divergence(error)
         record: RunResults = {
             "experiment": cfg.get("experiment_name"),
             "status": DIVERGED if diverged else FAILED,
@@ -318,8 +361,9 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
             "config": OmegaConf.to_container(cfg, resolve=False),
             "code_version": code_version(),
         }
-        if diverged:
-            record["divergence"] = str(error)[:2000]
+        if diverged:  # the worker's own message, not its whole traceback
+            reason = str(error) if isinstance(error, FloatingPointError) else str(error).strip().splitlines()[-1]
+            record["divergence"] = reason.removeprefix("FloatingPointError: ")[:2000]
         write_failure_record(output_dir, record)
     except Exception:  # never hide the original error behind a reporting one
         log.exception("could not write the failure record")

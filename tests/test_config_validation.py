@@ -28,6 +28,10 @@ from tests.helpers import compose_config, shrink
         (["data=nbody"], r"data=nbody \(NBodyDataModule\) does not fit the model's task ImageClassificationTask "
                          r"\(experiment=rotmnist/cn_p4\); data options for it: rotated_mnist, rotated_mnist_5k"),
         (["model.canonicalizer_lr=-0.1"], "model.canonicalizer_lr must be null or a number > 0; got -0.1"),
+        # a quoted false is a string, which Python reads as true: resume would continue the old run
+        (["resume='false'"], "resume must be true or false; got 'false'"),
+        (["resume_with_changes=1"], "resume_with_changes must be true or false; got 1"),
+        (["skip_finished=yes"], "skip_finished must be true or false; got 'yes'"),
     ],
 )
 def test_bad_values_name_their_key(overrides, message):

@@ -86,6 +86,50 @@ def test_ddp_cpu_two_processes_write_results_once(tmp_path):
     record = json.loads(results[0].read_text())
     assert record["status"] == "completed" and "test/error" in record["metrics"]
     assert record["config"]["trainer"]["strategy"] == "ddp_fork"
+    # fit ran in forked workers: what only rank 0's callbacks and loop know still reaches the record
+    assert record["epochs"] == 1 and record["best_val"].get("val/acc") is not None and record["fit_time_s"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("lr", "reason"), [("1e30", "training loss is nan"), ("1e6", "exceeds 10 x")])
+def test_ddp_cpu_divergence_is_recorded_as_diverged(tmp_path, lr, reason):
+    """A run that diverges in the workers is recorded "diverged" (final, never pooled), as in one process: a
+    non-finite loss reaches this process as torch's ProcessRaisedException, an exploding one only in rank 0's
+    divergence monitor."""
+    run_dir = tmp_path / "ddp"
+    proc = subprocess.run(_cmd(run_dir, "trainer=ddp_cpu", "trainer.max_epochs=2", f"model.optimizer.lr={lr}"),
+                          cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    record = json.loads((run_dir / "results.json").read_text())
+    assert record["status"] == "diverged", (record.get("error"), proc.stderr[-2000:])
+    assert reason in record["divergence"] and "Traceback" not in record["divergence"]
+
+
+@pytest.mark.slow
+def test_ddp_cpu_sigterm_stops_the_workers_then_resumes(tmp_path):
+    """SIGTERM to the command (what kill, a launcher or Slurm sends) stops its forked workers too: it exits 143,
+    no worker trains on in the folder, and a rerun resumes from last.ckpt."""
+    run_dir = tmp_path / "ddp"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    proc = subprocess.Popen(_cmd(run_dir, "trainer=ddp_cpu", "trainer.max_epochs=200"), cwd=PROJECT_ROOT,
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not last.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert last.exists() and proc.poll() is None, "the run should still be training after its first checkpoint"
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(workers) >= 2, workers
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=180)
+    assert proc.returncode == 143
+    for pid in workers:  # none left running (a worker adopted by init would keep writing checkpoints)
+        assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower(), pid
+    assert not (run_dir / "results.json").exists()
+    resumed = subprocess.run(_cmd(run_dir, "trainer=ddp_cpu", "trainer.max_epochs=3"), cwd=PROJECT_ROOT,
+                             env=_env(), capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    record = json.loads((run_dir / "results.json").read_text())
+    assert record["status"] == "completed" and record["resumed_from"] == "checkpoints/last.ckpt"
+    assert record["epochs"] == 3
 
 
 def test_truncated_last_checkpoint_falls_back_to_the_newest_readable_one(tmp_path, caplog):

@@ -278,3 +278,88 @@ def test_two_set_asides_in_one_second_keep_both(tmp_path, monkeypatch):
         folders.append(set_aside_previous_run(tmp_path))
     assert [f.name for f in folders] == ["2026-11-30T08-00-00Z", "2026-11-30T08-00-00Z-2"]
     assert [(f / "checkpoints" / "last.ckpt").read_text() for f in folders] == ["first", "second"]
+
+
+@pytest.fixture()
+def unfinished(finished, tmp_path):
+    """A copy of a run stopped before its test: checkpoints, no results.json (resuming it trains on)."""
+    import shutil
+
+    folder = tmp_path / "unfinished"
+    shutil.copytree(finished, folder)
+    (folder / RESULTS_FILE).unlink()
+    return folder
+
+
+@pytest.mark.parametrize("change", ["model.optimizer.lr=0.01", "seed=4", "data.batch_size=32",
+                                    "trainer.gradient_clip_val=1.0", "trainer.devices=2"])
+def test_resuming_under_another_config_is_refused_untouched(unfinished, change):
+    """A resumed run continues one record: resuming the folder's own checkpoint with another learning rate,
+    seed, batch, gradient clipping or world size is refused before anything is written, naming the key and both
+    values."""
+    from canonical_network.utils.checks import ConfigError
+
+    before = snapshot(unfinished)
+    with pytest.raises(ConfigError, match="written under another config") as refused:
+        run(shrink(compose_config([*ROW, change], unfinished)))
+    key = change.split("=")[0]
+    assert key in str(refused.value) and "resume_with_changes=true" in str(refused.value)
+    assert snapshot(unfinished) == before
+
+
+def test_a_resume_may_move_the_folder_and_extend_the_budget(unfinished, tmp_path):
+    """What differs between machines and continuations is no change of the run: the folder moved (every
+    stored path differs), a longer epoch budget, no early stopping, another loader worker count."""
+    import shutil
+
+    moved = tmp_path / "elsewhere" / "run"
+    shutil.copytree(unfinished, moved)
+    cfg = shrink(compose_config([*ROW, "callbacks.early_stopping=null", "data.num_workers=1"], moved))
+    cfg.trainer.max_epochs = 2
+    record = run(cfg)
+    assert record["status"] == "completed" and record["resumed_from"] == "checkpoints/last.ckpt"
+    assert record["epochs"] == 2
+
+
+def test_resume_with_changes_resumes_and_names_each_change(unfinished, caplog):
+    from canonical_network.utils.checks import ConfigError
+
+    cfg = shrink(compose_config([*ROW, "model.optimizer.lr=0.01", "resume_with_changes=yes"], unfinished))
+    with pytest.raises(ConfigError, match="resume_with_changes"):  # a string is no switch
+        run(cfg)
+    cfg.resume_with_changes = True
+    with caplog.at_level("WARNING", logger="canonical_network.train"):
+        record = run(cfg)
+    assert record["resumed_from"] == "checkpoints/last.ckpt" and record["status"] == "completed"
+    assert "model.optimizer.lr was 0.001" in caplog.text
+
+
+def test_a_run_started_from_another_folders_checkpoint_may_change_its_config(finished, tmp_path):
+    """``ckpt_path`` into a new folder starts a new run (fine-tuning with another learning rate is one): not
+    checked against the checkpoint's config; rerun after an interruption, the new folder's own config holds."""
+    folder = tmp_path / "continued"
+    cfg = shrink(compose_config([*ROW, "model.optimizer.lr=0.01",
+                                 f"ckpt_path={finished / 'checkpoints' / 'last.ckpt'}"], folder))
+    cfg.trainer.max_epochs = 2
+    assert run(cfg)["status"] == "completed"
+
+
+def test_a_non_finite_loss_in_a_ddp_worker_is_a_divergence(tmp_path):
+    """Under trainer=ddp_cpu the task's FloatingPointError reaches the command as torch's
+    ProcessRaisedException, the worker's traceback as text: still a final "diverged" record, whose reason is the
+    worker's message (the slow test_fault_tolerance.py runs it for real)."""
+    from torch.multiprocessing import ProcessRaisedException
+
+    from canonical_network.train import is_divergence
+
+    trace = ('Traceback (most recent call last):\n  File "x.py", line 1, in step\n'
+             "FloatingPointError: training loss is nan at epoch 0, step 1: the run diverged.\n")
+    worker = ProcessRaisedException("\n\n-- Process 0 terminated with the following error:\n" + trace, 0, 1)
+    assert is_divergence(worker) and is_divergence(FloatingPointError("nan"))
+    other = ProcessRaisedException("\n\n-- Process 0 terminated with the following error:\nValueError: no\n", 0, 1)
+    assert not is_divergence(other) and not is_divergence(ValueError("FloatingPointError: in a message"))
+    cfg = compose_config(ROW, tmp_path)
+    write_failure(cfg, worker)
+    record = json.loads((tmp_path / RESULTS_FILE).read_text())
+    assert record["status"] == "diverged"
+    assert record["divergence"] == "training loss is nan at epoch 0, step 1: the run diverged."

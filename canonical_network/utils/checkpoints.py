@@ -449,6 +449,85 @@ def check_architecture_unchanged(stored: dict[str, Any], config: Any) -> None:
                 raise ConfigError(architecture_error(key, options, f" ({before!r} in the checkpoint, {after!r} here)"))
 
 
+#: Keys a run may change when it resumes its own folder (:func:`check_resume_unchanged`): where files live (they
+#: differ between machines and after a parked run is restored), the epoch budget and early stopping (a run is
+#: continued to a longer budget), what is logged and shown, the accelerator (a run moves between a GPU and a CPU
+#: machine; ``trainer.devices`` and ``trainer.num_nodes`` are not here: they change the global batch under DDP),
+#: the loader's worker count, and the command's own switches. Shell-style patterns over dotted keys.
+RESUME_NEUTRAL_KEYS = (
+    "paths", "paths.*", "data.data_dir", "data.num_workers", "data.generate_if_missing",
+    "logger", "logger.*", "callbacks.rich_progress_bar", "callbacks.rich_progress_bar.*",
+    "callbacks.early_stopping", "callbacks.early_stopping.*", "callbacks.last_checkpoint.every_n_epochs",
+    "trainer.max_epochs", "trainer.min_epochs", "trainer.accelerator", "trainer.enable_progress_bar",
+    "trainer.log_every_n_steps", "trainer.num_sanity_val_steps",
+    "ckpt_path", "resume", "resume_with_changes", "skip_finished", "test", "test_ckpt", "allow_unbounded_epochs",
+    "compile", "tags",
+)
+
+
+def resume_differences(stored: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, value in the checkpoint, value now)`` for every difference between the resolved run config
+    a run's checkpoint was written with and the one resuming it, except :data:`RESUME_NEUTRAL_KEYS` and a path
+    that only follows ``paths`` (a value under the stored run folder or project root that names the same place
+    under the new ones: the folder was moved or restored on another machine)."""
+    import fnmatch
+
+    def as_dict(node: Any) -> dict:
+        return node if isinstance(node, dict) else {}
+
+    moved = sorted(((str(before), str(as_dict(config.get("paths")).get(key)))
+                    for key, before in as_dict(stored.get("paths")).items()
+                    if isinstance(before, str) and isinstance(as_dict(config.get("paths")).get(key), str)),
+                   key=lambda pair: -len(pair[0]))
+
+    def follows_paths(before: Any, after: Any) -> bool:
+        if not (isinstance(before, str) and isinstance(after, str)):
+            return False
+        for old, new in moved:
+            if before == old or before.startswith(old.rstrip("/") + "/"):
+                return new + before[len(old):] == after
+        return False
+
+    found = []
+    for name in list(stored) + [k for k in config if k not in stored]:
+        found += _differences(stored.get(name, _ABSENT), config.get(name, _ABSENT), name)
+    return [(key, before, after) for key, before, after in found
+            if not any(fnmatch.fnmatchcase(key, p) for p in RESUME_NEUTRAL_KEYS) and not follows_paths(before, after)]
+
+
+def check_resume_unchanged(checkpoint_path: str | os.PathLike, config: dict[str, Any], allow: bool = False) -> list:
+    """Refuse to resume a run folder's own checkpoint under another config than the one it was written with.
+
+    A resumed run continues one record: its ``results.json`` states one config, and the report pools it with
+    the runs of that config. Resumed with another learning rate, canonicalizer or data size, the record would
+    claim a run that never happened. Raises :class:`~canonical_network.utils.checks.ConfigError` naming every
+    changed key with both values and what to do instead; ``allow`` (``resume_with_changes=true``) resumes anyway
+    and the caller logs the differences. Returns the differences. A checkpoint that carries no run config
+    (written before checkpoints did) is not checked. Read lazily (``mmap``): the weights are not loaded here.
+    """
+    path = Path(checkpoint_path)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:
+        raise ValueError(f"{path} is not a readable checkpoint: {error}") from error
+    stored = stored_run_config(checkpoint, path)
+    if stored is None:
+        return []
+    changed = resume_differences(stored, config)
+    if changed and not allow:
+        shown = "; ".join(f"{key}: {before!r} in the checkpoint, {after!r} now" for key, before, after in changed[:8])
+        more = f" (and {len(changed) - 8} more)" if len(changed) > 8 else ""
+        raise ConfigError(
+            f"the run in {path.parent.parent} resumes from {path.name}, written under another config: {shown}{more}. "
+            "A resumed run continues one record, so its config may change only where files live, its epoch budget, "
+            "early stopping, logging and the accelerator. Resume it with the command that started it; or start "
+            "the folder over with resume=false (its files are set aside); or continue it into a new folder "
+            f"under the new config: hydra.run.dir=<new folder> ckpt_path={path}; or resume here anyway with "
+            "resume_with_changes=true (the record then holds the new config, the old one stays in .hydra/previous/)"
+        )
+    return changed
+
+
 def load_weights(model: torch.nn.Module, checkpoint: dict[str, Any], path: str | os.PathLike,
                  mismatch: str = "the model rebuilt from its run config") -> None:
     """Load the checkpoint's ``state_dict`` into ``model``, strictly: every weight present and fitting.

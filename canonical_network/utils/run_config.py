@@ -15,7 +15,10 @@ from omegaconf import OmegaConf
 
 from canonical_network.data.catalog import data_facts, data_for_task
 from canonical_network.utils.checkpoints import load_checkpoint, stored_run_config
-from canonical_network.utils.checks import ConfigError, check_int, check_number, check_positive
+from canonical_network.utils.checks import ConfigError, check_bool, check_int, check_number, check_positive
+
+#: The command's own switches (configs/train.yaml): a quoted "false" would read as true.
+RUN_SWITCHES = ("resume", "resume_with_changes", "skip_finished", "test", "allow_unbounded_epochs", "compile")
 
 
 def _short(target: Any) -> str:
@@ -33,13 +36,17 @@ def _config_check(check: Any, *args: Any, hint: str = "", **kwargs: Any) -> Any:
 def validate_run_config(cfg: Any) -> None:
     """Check a composed training config once, before anything is built; every message names the full key.
 
-    Checked: ``seed`` (an integer), ``trainer.max_epochs`` (≥ 1; Lightning's −1, "train forever", only with
+    Checked: ``seed`` (an integer), the command's switches (:data:`RUN_SWITCHES`: true or false),
+    ``trainer.max_epochs`` (≥ 1; Lightning's −1, "train forever", only with
     ``allow_unbounded_epochs=true``), the optimiser's numbers (``model.optimizer.lr`` > 0, other numeric
     arguments numbers), the data module against the task (e.g. ``data=nbody`` under an image experiment), and
     a CN(pretrained) checkpoint against the data of the run that made it. Component arguments (widths, group
     orders, …) are checked by the components themselves, also before training, with the same key format.
     """
     _config_check(check_int, "seed", cfg.get("seed"))
+    for switch in RUN_SWITCHES:
+        if switch in cfg:
+            _config_check(check_bool, switch, cfg.get(switch))
     epochs = cfg.trainer.get("max_epochs")
     if not (epochs == -1 and cfg.get("allow_unbounded_epochs", False)):
         hint = (" (Lightning's 'train forever'; add allow_unbounded_epochs=true if that is meant, or bound the run "

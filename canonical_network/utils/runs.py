@@ -181,8 +181,8 @@ def trainer_plugins() -> list:
 
 def build_trainer(cfg: DictConfig, output_dir: Path, callbacks: list, loggers: list):
     """The Lightning Trainer of ``cfg.trainer``, rooted in the run folder. Inside a Slurm job the trainer must
-    match the job's tasks (:func:`~canonical_network.utils.slurm.check_trainer_for_slurm_tasks`); in one of
-    several tasks, SIGTERM stops every rank at the next training step (:func:`_sigterm_without_collective`)."""
+    match the job's tasks (:func:`~canonical_network.utils.slurm.check_trainer_for_slurm_tasks`); with several
+    processes, SIGTERM stops every rank at the next training step (:func:`_sigterm_without_collective`)."""
     from canonical_network.utils.slurm import check_trainer_for_slurm_tasks
 
     check_trainer_for_slurm_tasks(cfg.trainer)
@@ -192,8 +192,8 @@ def build_trainer(cfg: DictConfig, output_dir: Path, callbacks: list, loggers: l
     )
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
-    if SLURMEnvironment.detect() and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
-        _sigterm_without_collective(trainer)  # a multi-task Slurm job
+    if trainer.world_size > 1 or (SLURMEnvironment.detect() and int(os.environ.get("SLURM_NTASKS", "1")) > 1):
+        _sigterm_without_collective(trainer)  # several processes: a multi-task Slurm job, or DDP on one machine
     return trainer
 
 
@@ -218,6 +218,76 @@ def _sigterm_without_collective(trainer) -> None:
 
     # read by register_signal_handlers() when fitting starts (an instance attribute shadows the method)
     connector._sigterm_notifier_fn = notify
+
+
+def fitted_in_workers(trainer) -> bool:
+    """Whether ``trainer.fit`` runs in processes Lightning starts from this one (``trainer=ddp_cpu``: ddp_fork;
+    ddp_spawn): this process then gets back only the best checkpoint's path, the weights and the logged metrics,
+    not the callbacks' states nor the loop's progress."""
+    from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+    return isinstance(getattr(trainer.strategy, "launcher", None), _MultiProcessingLauncher)
+
+
+def recover_fit_state(trainer, output_dir: Path) -> int | None:
+    """After a fit in worker processes (:func:`fitted_in_workers`): the callbacks' states (fit clock, divergence
+    monitor, best score) as rank 0 left them in ``<run dir>/checkpoints/last.ckpt``, written after the last
+    epoch; returns the number of epochs fitted (``None`` without that file). Read with ``weights_only``."""
+    import torch
+
+    last = output_dir / "checkpoints" / "last.ckpt"
+    if not last.is_file():
+        return None
+    checkpoint = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
+    states = checkpoint.get("callbacks") or {}
+    for callback in trainer.callbacks:
+        if callback.state_key in states:
+            callback.load_state_dict(states[callback.state_key])
+    return int(checkpoint["epoch"]) + 1
+
+
+def forward_sigterm_to_workers(trainer):
+    """A context manager for ``fit``/``test`` in worker processes (:func:`fitted_in_workers`): SIGTERM to this
+    process goes on to the workers (each stops at its next step, as Lightning's handler makes it), which are
+    waited for, then raises Lightning's ``SIGTERMException`` here (``train`` exits 143, resumable).
+
+    Without it this process, which Lightning gives no handler, died at once, and its workers, adopted by init,
+    trained on in the run folder after its lock was gone: a rerun to resume would race them.
+    """
+    import signal
+    from contextlib import contextmanager
+
+    @contextmanager
+    def forwarding():
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        this = os.getpid()
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def stop(signum, frame) -> None:
+            if os.getpid() != this:  # a worker, which inherited this handler: Lightning's own handler acts there
+                return
+            launcher = trainer.strategy.launcher
+            procs = list(getattr(launcher, "procs", []) or [])
+            launcher.kill(signum)
+            for proc in procs:
+                proc.join(timeout=WORKER_STOP_S)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+            raise SIGTERMException
+
+        signal.signal(signal.SIGTERM, stop)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return forwarding()
+
+
+#: Seconds a worker gets to stop after SIGTERM (it stops at its next step) before it is killed.
+WORKER_STOP_S = 60.0
 
 
 def environment(trainer=None) -> dict[str, Any]:
