@@ -206,6 +206,28 @@ def test_nbody_frame_augmentation_turns_the_frame_in_training_only():
         _nbody(frame_augmentation=True, symmetrization="sampled")
 
 
+def test_a_product_canonicalizers_factors_read_the_models_mode():
+    """A frozen E(3) factor with frame_augmentation inside an E(3)×S_n product turns its frame while the model
+    trains, as it does alone: every canonicalizer inside h is bound to the model, not only the outer one."""
+    from canonical_network.canonicalization.permutation import PermutationCanonicalizer
+    from canonical_network.canonicalization.product import ProductCanonicalizer
+
+    x = nbody_inputs(dtype=F64)
+    first = _nbody(frame_augmentation=True, freeze=True).double()
+    model = CanonicalizedModel(ProductCanonicalizer(first, PermutationCanonicalizer().double()), NBodyMLP().double())
+    model.train()
+    assert not first.training and first.model_training
+    with torch.no_grad():
+        torch.manual_seed(0)
+        once = first.group_element(*x).rotation
+        torch.manual_seed(1)
+        assert not torch.equal(once, first.group_element(*x).rotation)
+    model.eval()
+    assert not first.model_training
+    clone = pickle.loads(pickle.dumps(model)).train()
+    assert clone.canonicalizer.first.model_training and not first.model_training
+
+
 def test_nbody_authors_code_ablation_fails_the_rotation_check_and_keeps_translations():
     # the same inputs and check as the equivariance test above: the authors' biases on VN features and
     # Gram-Schmidt over coordinate rows must make h(Q x) differ from Q h(x) by O(0.1..1), not by rounding

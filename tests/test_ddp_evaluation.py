@@ -212,3 +212,22 @@ def test_training_shuffle_keeps_the_run_seed_when_a_resume_restores_another_rng_
     expected = EpochSeededRandomSampler(dataset, seed=3)
     expected.set_epoch(4)
     assert list(sampler) == list(expected)
+
+
+@pytest.mark.parametrize(("size", "processes", "dropped"), [(10, 1, False), (10, 2, True), (9, 1, True), (9, 2, True), (12, 2, False)])
+def test_a_one_sample_training_batch_is_dropped_per_process(monkeypatch, size, processes, dropped):
+    """Batch norm refuses a training batch of one sample: the last batch is dropped when *this process's*
+    share ends in one (10 samples in batches of 4: one process 4+4+2, each of 2 processes 4+1; 9 are padded
+    to 10 for 2 processes)."""
+    import canonical_network.data.base as base
+    from canonical_network.data.base import SplitDataModule
+
+    if processes > 1:
+        monkeypatch.setattr(base.dist, "is_initialized", lambda: True)
+        monkeypatch.setattr(base.dist, "get_world_size", lambda: processes)
+        monkeypatch.setattr(base.dist, "get_rank", lambda: 0)
+    module = SplitDataModule(batch_size=4, num_workers=0)
+    module.splits = {"train": torch.utils.data.TensorDataset(torch.arange(size, dtype=torch.float32))}
+    loader = module.train_dataloader()
+    assert loader.drop_last is dropped
+    assert all(len(batch) > 1 for (batch,) in loader)

@@ -344,14 +344,20 @@ class CanonicalizedModel(nn.Module):
             )
         self.canonicalizer = canonicalizer
         self.predictor = predictor
-        # the model's mode, for Canonicalizer.model_training; a weak reference kept out of the submodules
-        canonicalizer.__dict__["_owner"] = weakref.ref(self)
+        self._bind_owner()
         if canonicalizer.needs_predictor:  # h scores with f itself (test-time canonicalization)
             canonicalizer.bind_predictor(predictor)
 
     def __setstate__(self, state: dict) -> None:  # unpickled or copied: the canonicalizer reads this model's mode
         super().__setstate__(state)
-        self.canonicalizer.__dict__["_owner"] = weakref.ref(self)
+        self._bind_owner()
+
+    def _bind_owner(self) -> None:
+        """The model's mode, for :attr:`Canonicalizer.model_training`, given to every canonicalizer inside h (the
+        factors of a product canonicalizer too): a weak reference kept out of the submodules."""
+        for module in self.canonicalizer.modules():
+            if isinstance(module, Canonicalizer):
+                module.__dict__["_owner"] = weakref.ref(self)
 
     def canonicalize(self, *inputs: torch.Tensor) -> tuple[Inputs, Any]:
         """``(h(x)⁻¹ · x as a tuple, h(x))``: what the predictor sees, for logging and figures (the canonical

@@ -83,14 +83,16 @@ class SplitDataModule(LightningDataModule):
         if split not in self.splits:
             self.setup()
         dataset = self.splits[split]
+        sampler = self._train_sampler(dataset) if shuffle else self.eval_sampler(dataset, split)
         # A last training batch of a single sample breaks batch norm ("Expected more than 1 value per
         # channel"): drop it (a different sample each epoch, by the shuffle). Other sizes are kept as they are.
-        drop_last = shuffle and len(dataset) % self.batch_size == 1
+        # Counted over what this process draws: under DDP each process gets its share of the dataset.
+        drop_last = shuffle and len(sampler) % self.batch_size == 1
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
             drop_last=drop_last,
-            sampler=self._train_sampler(dataset) if shuffle else self.eval_sampler(dataset, split),
+            sampler=sampler,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,

@@ -127,13 +127,17 @@ class CanonicalizedTask(LightningModule):
             prior = self.canonicalizer.prior(group_element).to(loss)
             if self.canonicalizer.prior_weight > 0:
                 loss = loss + self.canonicalizer.prior_weight * prior
-            self.log("train/prior_loss", prior.detach(), on_step=True, on_epoch=True, batch_size=batch_size)
+            self.log("train/prior_loss", prior.detach(), on_step=True, on_epoch=True, batch_size=batch_size,
+                     sync_dist=True)
         else:
             identity_rate = self.identity_rates[split]
             identity_rate.update(self.canonicalizer.is_identity(group_element, batch_size).to(loss))
             self.log(f"{split}/identity_rate", identity_rate, on_step=False, on_epoch=True, batch_size=batch_size)
         if split == "train":
-            self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch_size)
+            # under DDP the mean over every process's batches (the curve, and what the divergence monitor judges on
+            # every rank alike); a no-op in one process
+            self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch_size,
+                     sync_dist=True)
         elif self.log_eval_loss:  # weighted by the batch's size: the mean over the split's samples
             eval_loss = self.eval_losses[split]
             eval_loss.update(loss.detach(), weight=batch_size)
