@@ -263,7 +263,7 @@ def _run(cfg: DictConfig) -> RunResults:
         loggers = instantiate_loggers(cfg, output_dir)
         trainer = build_trainer(cfg, output_dir, callbacks, loggers)
     except Exception as error:
-        raise ConfigError(str(error)) from error
+        raise ConfigError(building_error(error)) from error
     param_counts = model.parameter_counts() if hasattr(model, "parameter_counts") else {}
     for lg in loggers:
         lg.log_hyperparams({**config, "params": param_counts})
@@ -322,6 +322,33 @@ def _run(cfg: DictConfig) -> RunResults:
         )
         finish(results, output_dir, trainer, loggers, log)
         return results
+
+
+def building_error(error: BaseException) -> str:
+    """The message of an error raised while building the run from its config: the component's own (the
+    project's checks name the full key, ``canonicalization.num_rotations must be ...``) rather than Hydra's
+    wrapper around it; other errors keep their type and get the config node that raised them."""
+    import re
+
+    from hydra.errors import InstantiationException
+
+    node, inner = None, error
+    while isinstance(inner, InstantiationException) and inner.__cause__ is not None:
+        node = node or re.search(r"full_key: (\S+)", str(inner))
+        inner = inner.__cause__
+    if inner is error:
+        return str(error)
+    if isinstance(inner, (ValueError, ConfigError)):
+        return str(inner)
+    return f"{type(inner).__name__}: {inner}" + (f" (building {node.group(1)})" if node else "")
+
+
+def refuse(command: str, error: BaseException) -> None:
+    """End a single run refused before training: its message on one line of stderr, exit status 2."""
+    import sys
+
+    print(f"{command}: error: {error}", file=sys.stderr)
+    raise SystemExit(2) from None
 
 
 def is_divergence(error: BaseException) -> bool:
@@ -385,16 +412,19 @@ def _main(cfg: DictConfig) -> float | None:
 
     try:
         results = run(cfg)
-    except (RunFolderBusy, RunFolderFinished):
-        raise  # the folder belongs to another run, or to a finished one: write nothing into it
+    except (RunFolderBusy, RunFolderFinished) as error:
+        # the folder belongs to another run, or to a finished one: write nothing into it
+        if is_multirun():
+            raise
+        refuse("canonical_network.train", error)
     except ConfigError as error:
-        # Found before training. A single run leaves no folder behind (a typo should not); a multirun job
-        # keeps its failure record, so the sweep's table shows why its cell is empty.
+        # Found before training. A single run leaves no folder behind (a typo should not) and says why on one
+        # line; a multirun job keeps its failure record, so the sweep's table shows why its cell is empty.
         if is_multirun():
             write_failure(cfg, error)
-        else:
-            remove_unused_run_folder(Path(cfg.paths.output_dir))
-        raise
+            raise
+        remove_unused_run_folder(Path(cfg.paths.output_dir))
+        refuse("canonical_network.train", error)
     except SIGTERMException:
         # Lightning exits with status 0 on SIGTERM; a stopped run is not a finished one. No failure record:
         # rerunning the job in the same folder resumes from last.ckpt.

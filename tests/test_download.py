@@ -634,3 +634,28 @@ def test_unpacking_never_writes_outside_its_folder(tmp_path):
     dl._unpack(SOURCES["rotated_mnist"], archive, staged, tmp_path / "data" / "target")
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.txt"))
     assert written and all(name.startswith("data/staged/") for name in written), written
+
+
+def test_a_mirror_may_be_a_local_folder_and_the_root_defaults_to_the_projects_data(tmp_path, monkeypatch, capsys):
+    """--mirror <folder> is that folder's file:// URL (it was an 'unknown url type' traceback); a mirror that is
+    neither a URL nor a folder is one argument error; without --root the data goes where training reads it,
+    the project's data/, not the working directory's."""
+    import canonical_network.utils.config as config
+
+    data = mnist_archive()
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    (downloads / SOURCES["rotated_mnist"].archive).write_bytes(data)
+    monkeypatch.setitem(
+        SOURCES, "rotated_mnist", tiny_source("rotated_mnist", data, ["http://127.0.0.1:9/x"])
+    )
+    project = tmp_path / "project"
+    monkeypatch.setattr(config, "PROJECT_ROOT", project)
+    monkeypatch.chdir(tmp_path)
+    assert dl.main(["rotated_mnist", "--mirror", str(downloads), "--quiet"]) == 0
+    read_with_loader("rotated_mnist", project / "data" / "rotated_mnist")
+    assert not (tmp_path / "data").exists()
+    with pytest.raises(SystemExit) as refused:
+        dl.main(["rotated_mnist", "--mirror", str(tmp_path / "nowhere"), "--quiet"])
+    assert refused.value.code == 2
+    assert "neither an http(s):// or file:// URL nor an existing folder" in capsys.readouterr().err

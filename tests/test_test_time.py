@@ -142,3 +142,36 @@ def test_tta_is_refused_over_a_learned_canonicalizer(cnn_run, tmp_path):
         compose_evaluation(tmp_path / "cn_p4.ckpt", ["canonicalization=tta"])
     with pytest.raises(ConfigError, match=message):
         model_from_checkpoint(tmp_path / "cn_p4.ckpt", ["canonicalization=tta"])
+
+
+def test_a_confident_predictor_keeps_tta_invariant(cnn, rotated_digits):
+    """A trained classifier's top logit often leads by more than ~17, where the float32 max softmax rounds to
+    exactly 1 and several poses tie; the score orders poses by the same probability without saturating, so
+    the pose chosen for a quarter turn of x is still x's, turned (the 5-step CNN's logits, ~0.1 apart, scaled x1e5)."""
+    from torch import nn
+
+    from canonical_network.canonicalization.test_time import confidence
+
+    class Confident(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return 1e5 * self.inner(x)
+
+    images, _ = rotated_digits
+    model = CanonicalizedModel(TestTimeCanonicalizer(), Confident(cnn.network.predictor)).eval()
+    with torch.no_grad():
+        candidates = [inverse_exact(images, a, r) for a, r in model.canonicalizer.elements]
+        logits = torch.stack([model.predictor(c) for c in candidates], dim=1)  # (B, poses, classes)
+        saturated = logits.softmax(-1).amax(-1)
+        assert ((saturated == 1.0).sum(-1) > 1).any()  # the plain max softmax ties here
+        scores = confidence(logits, "max_softmax")
+        ordered = scores.topk(2, dim=-1).values
+        assert (ordered[:, 0] > ordered[:, 1]).all()
+        out, g = model.forward_with_element(images)
+        for k in (1, 2, 3):
+            out_k, g_k = model.forward_with_element(torch.rot90(images, k, dims=(-2, -1)))
+            assert torch.equal(out_k, out)
+            assert torch.equal(g_k.index, (g.index + 2 * k) % 8)

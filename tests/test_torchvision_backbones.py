@@ -68,12 +68,26 @@ def test_torchvision_weights_name_missing_from_the_cache_is_one_clear_error():
     assert not cached.exists()
 
 
-def test_torchvision_weights_name_is_read_from_the_hub_cache():
-    cached = hub_checkpoint_path(torchvision.models.ResNet18_Weights.IMAGENET1K_V1.url)
-    cached.parent.mkdir(parents=True)
-    state = saved_resnet18(cached, seed=2)
+def test_torchvision_weights_name_is_read_from_the_hub_cache(tmp_path, monkeypatch):
+    """A cached file is read when its SHA-256 starts with the hash its name states (torchvision's names all
+    carry one; the entry's URL is pointed at a file named after this one's hash), and refused when it does
+    not: torch.hub checks a file only as it downloads it."""
+    import hashlib
+
+    entry = torchvision.models.ResNet18_Weights.IMAGENET1K_V1
+    real = hub_checkpoint_path(entry.url)
+    real.parent.mkdir(parents=True)
+    state = saved_resnet18(tmp_path / "r.pth", seed=2)
+    prefix = hashlib.sha256((tmp_path / "r.pth").read_bytes()).hexdigest()[:8]
+    (tmp_path / "r.pth").rename(real.parent / f"resnet18-{prefix}.pth")
+    published = entry.url
+    monkeypatch.setattr(entry.value, "url", published.replace(real.name, f"resnet18-{prefix}.pth"))
     model = TorchvisionBackbone("resnet18", weights="IMAGENET1K_V1", image_size=32)
     assert torch.equal(model.backbone.conv1.weight, state["conv1.weight"])
+    monkeypatch.setattr(entry.value, "url", published)
+    saved_resnet18(real, seed=2)  # other weights under the published name
+    with pytest.raises(ValueError, match=f"does not start with '{real.name.split('-')[1][:8]}'.*not the published"):
+        TorchvisionBackbone("resnet18", weights="IMAGENET1K_V1", image_size=32)
 
 
 def test_bad_weights_are_named(tmp_path):

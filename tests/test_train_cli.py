@@ -117,3 +117,74 @@ def test_test_ckpt_chooses_best_or_final_weights(tmp_path):
     assert last["checkpoint"] == "final weights" and "test/error" in last["metrics"]
     with pytest.raises(ValueError, match=r"test_ckpt must be one of \['best', 'last'\]; got 'final'"):
         run(shrink(compose_config(["experiment=rotmnist/cnn", "test_ckpt=final"], tmp_path / "bad")))
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    # a component's own check, raised inside Hydra's instantiate: its message, not Hydra's wrapper around it
+    ("canonicalization.num_rotations=0", "canonicalization.num_rotations must be an integer >= 1; got 0"),
+    ("seed=abc", "seed must be an integer; got 'abc'"),  # the config check before anything is built
+])
+def test_a_refused_single_run_says_why_on_one_line(tmp_path, override, message):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "canonical_network.train", "experiment=rotmnist/cn_p4", override,
+           f"hydra.run.dir={run_dir}", "logger=none"]
+    proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=os.environ.copy(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert errors == [f"canonical_network.train: error: {message}"], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and not run_dir.exists()
+
+
+def test_building_errors_keep_the_components_message():
+    """Hydra wraps a component's error in InstantiationException ("Error in call to target ...
+    full_key: ..."): the message shown is the component's own; another error type keeps its name and the node."""
+    from hydra.errors import InstantiationException
+
+    from canonical_network.train import building_error
+
+    def wrapped(inner: Exception) -> InstantiationException:
+        try:
+            try:
+                raise inner
+            except Exception as cause:
+                raise InstantiationException(f"Error in call to target 'x.Y':\n{inner!r}\nfull_key: model.canonicalizer") from cause
+        except InstantiationException as error:
+            return error
+
+    assert building_error(wrapped(ValueError("canonicalization.k must be >= 1; got 0"))) == \
+        "canonicalization.k must be >= 1; got 0"
+    assert building_error(wrapped(TypeError("unexpected keyword argument 'z'"))) == \
+        "TypeError: unexpected keyword argument 'z' (building model.canonicalizer)"
+    assert building_error(RuntimeError("plain")) == "plain"
+
+
+def test_library_caches_go_to_the_runs_log_dir(tmp_path, monkeypatch):
+    """paths.root_dir=<elsewhere> moves the runs and the W&B/matplotlib caches with them: nothing lands in the
+    working directory's outputs/."""
+    from canonical_network.utils.runs import set_local_dirs
+
+    names = ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "MPLCONFIGDIR")
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    log_dir = tmp_path / "elsewhere" / "outputs"
+    set_local_dirs(log_dir / "runs" / "one", log_dir)
+    assert os.environ["WANDB_DIR"] == str(log_dir / "runs" / "one")
+    assert all(os.environ[name].startswith(str(log_dir / ".cache")) for name in names[1:])
+
+
+@pytest.mark.parametrize("config", ["hydra/default.yaml", "evaluate.yaml"])
+def test_a_multirun_jobs_folder_stays_inside_its_sweep_whatever_the_seed(config):
+    """The job folder's name is built from values given on the command line: a seed like '/../../elsewhere' (a
+    multirun job fails on it only after Hydra made the folder) must not climb out of the sweep folder."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    import canonical_network.utils.config as config_module
+
+    text = yaml.safe_load((config_module.CONFIG_DIR / config).read_text())
+    sweep = text["sweep"] if "sweep" in text else text["hydra"]["sweep"]
+    node = OmegaConf.create({"subdir": sweep["subdir"], "hydra": {"job": {"num": 0}},
+                             "experiment_name": "rotmnist/cnn", "seed": "/../../elsewhere"})
+    assert "/" not in node.subdir and node.subdir.endswith("seed..-..-elsewhere"), node.subdir
+    node.seed = 3  # an integer seed names the folder as it always did: resumed sweeps find their jobs
+    assert node.subdir.endswith("_seed3")

@@ -25,9 +25,20 @@ SCORES = ("max_softmax", "neg_energy")
 
 def confidence(logits: torch.Tensor, score: str) -> torch.Tensor:
     """(B, classes) logits → (B,) confidence: the largest softmax probability (``max_softmax``) or the negative
-    free energy ``logsumexp(z)`` (``neg_energy``; the energy of Liu et al. 2020 is ``−logsumexp(z)``)."""
+    free energy ``logsumexp(z)`` (``neg_energy``; the energy of Liu et al. 2020 is ``−logsumexp(z)``).
+
+    ``max_softmax`` is returned as ``−logsumexp_{j≠top}(z_j − z_top)``, which orders candidates exactly as
+    ``p_top = 1 / (1 + exp(logsumexp_{j≠top}(z_j − z_top)))`` does but does not saturate: in float32 ``p_top``
+    (and ``log p_top``) rounds to exactly 1 (0) once the top logit leads by more than ~17, common for a trained
+    classifier, and the tied candidates were then chosen by their position in the grid, another pose for x than
+    for a quarter turn of x: the invariance was lost.
+    """
     if score == "max_softmax":
-        return logits.softmax(dim=-1).amax(dim=-1)
+        if logits.shape[-1] < 2:
+            return torch.zeros(logits.shape[:-1], dtype=logits.dtype, device=logits.device)
+        top = logits.amax(dim=-1, keepdim=True)
+        gaps = (logits - top).scatter(-1, logits.argmax(dim=-1, keepdim=True), float("-inf"))
+        return -torch.logsumexp(gaps, dim=-1)
     return torch.logsumexp(logits, dim=-1)
 
 

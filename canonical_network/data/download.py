@@ -487,6 +487,18 @@ class DownloadableDataModule:
 # ---------------------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------------------
+def _mirror(text: str) -> str:
+    """``--mirror``: an http(s):// or file:// URL as given; a local folder becomes its file:// URL."""
+    from urllib.parse import urlparse
+
+    if urlparse(text).scheme in ("http", "https", "file"):
+        return text
+    folder = Path(text).expanduser()
+    if folder.is_dir():
+        return folder.resolve().as_uri()
+    raise argparse.ArgumentTypeError(f"{text!r} is neither an http(s):// or file:// URL nor an existing folder")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m canonical_network.data.download",
@@ -494,9 +506,12 @@ def _parser() -> argparse.ArgumentParser:
         f"(sources and checksums: canonical_network/data/sources.py, {_README}).",
     )
     parser.add_argument("name", choices=[*SOURCES, "all"], help="dataset (the data config's name), or all")
-    parser.add_argument("--root", default="data", type=Path, help="data root; <root>/<name> is created")
+    parser.add_argument("--root", default=None, type=Path,
+                        help="data root; <root>/<name> is created (default: where training reads data, the "
+                        "project's data/)")
     parser.add_argument(
-        "--mirror", help="fetch URL/<archive> instead of the known URLs (http(s):// or file://)"
+        "--mirror", type=_mirror,
+        help="fetch URL/<archive> instead of the known URLs (http(s):// or file://, or a local folder)",
     )
     parser.add_argument("--force", action="store_true", help="download and unpack even if the data is there")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -506,6 +521,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.root is None:  # the data root training reads by default: paths.data_dir = <project root>/data
+        from canonical_network.utils.config import PROJECT_ROOT
+
+        args.root = PROJECT_ROOT / "data"
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     log.setLevel(logging.INFO)

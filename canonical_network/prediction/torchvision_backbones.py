@@ -94,7 +94,32 @@ def resolve_weights(arch: str, weights: str, download: bool = False) -> Mapping[
             f"machine with internet access and copy it to {cached} (or anywhere, and give "
             "prediction.weights=<that path>)."
         )
-    return entry.get_state_dict(progress=False, weights_only=True)
+    if cached.is_file():
+        check_hub_file(cached)
+    # check_hash: a download is verified against the hash its name carries (torchvision's files all do)
+    return entry.get_state_dict(progress=False, weights_only=True, check_hash=True)
+
+
+def check_hub_file(path: Path) -> None:
+    """Refuse a cached torchvision weights file whose SHA-256 does not start with the hash in its name
+    (``resnet18-f37072fd.pth``): torch.hub checks a file only when it downloads it, and a file put in the
+    cache by other means (a copy, a download without the check, a mirror serving another file) would be
+    loaded as the named weights."""
+    import hashlib
+
+    match = torch.hub.HASH_REGEX.search(path.name)
+    if match is None:
+        return
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if not digest.hexdigest().startswith(match.group(1)):
+        raise ValueError(
+            f"{path}: its SHA-256 {digest.hexdigest()[:16]}... does not start with {match.group(1)!r}, the hash its "
+            "name states: not the published weights (a truncated or replaced file). Delete it and download it "
+            "again (prediction.download_weights=true), or give prediction.weights=<a state-dict file>."
+        )
 
 
 class TorchvisionBackbone(nn.Module):

@@ -37,9 +37,10 @@ LOCK_FILE = ".run.lock"
 SETUP_FILES = {".hydra", "train.log", "evaluate.log", LOCK_FILE}
 
 
-def set_local_dirs(output_dir: Path) -> None:
-    """Keep W&B's and matplotlib's files inside outputs/: nothing is written elsewhere on the machine."""
-    scratch = PROJECT_ROOT / "outputs" / ".cache"
+def set_local_dirs(output_dir: Path, log_dir: str | Path | None = None) -> None:
+    """Keep W&B's and matplotlib's files inside outputs/ (``paths.log_dir``: where this run's outputs go, also
+    with ``paths.root_dir=<elsewhere>``): nothing is written elsewhere on the machine."""
+    scratch = Path(log_dir if log_dir else PROJECT_ROOT / "outputs") / ".cache"
     os.environ.setdefault("WANDB_DIR", str(output_dir))
     os.environ.setdefault("WANDB_CACHE_DIR", str(scratch / "wandb"))
     os.environ.setdefault("WANDB_CONFIG_DIR", str(scratch / "wandb-config"))
@@ -131,7 +132,7 @@ def prepare_process(cfg: DictConfig, output_dir: Path) -> None:
     code_version()
     quiet_library_output()
     output_dir.mkdir(parents=True, exist_ok=True)
-    set_local_dirs(output_dir)
+    set_local_dirs(output_dir, (cfg.get("paths") or {}).get("log_dir"))
     L.seed_everything(cfg.seed, workers=True)
     if cfg.get("matmul_precision"):
         torch.set_float32_matmul_precision(cfg.matmul_precision)
