@@ -19,7 +19,7 @@ from canonical_network.utils.config import CHECKOUT_ROOT
 
 REPO = Path(__file__).resolve().parents[1]
 #: what a wheel is built from (pyproject.toml names the rest: README.md as the long description)
-SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "canonical_network", "hydra_plugins", "configs")
+SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "canonical_network", "hydra_plugins", "configs")
 #: data a user-written experiment file adds through ``hydra.searchpath``
 USER_EXPERIMENT = """\
 # @package _global_
@@ -85,6 +85,10 @@ def test_the_wheel_carries_the_configs_and_the_package_data(wheel):
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
     for command in ("cn-train", "cn-evaluate", "cn-diagnose", "cn-download"):
         assert f"{command} = " in scripts
+    # the licence the metadata states travels with it
+    (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    assert "License-Expression: MIT" in zipfile.ZipFile(wheel).read(metadata).decode()
+    assert [n for n in names if n.endswith(".dist-info/licenses/LICENSE")], "no LICENSE in the wheel"
 
 
 def test_in_the_checkout_the_configs_and_outputs_are_the_checkouts():
