@@ -345,7 +345,7 @@ def test_missing_files_error(tmp_path):
         dm.setup()
     msg = str(err.value)
     assert "loc_train_charged5_initvel1small.npy" in msg and "charges_test_charged5_initvel1small.npy" in msg
-    assert f"python scripts/generate_nbody.py --out {tmp_path}" in msg
+    assert f"python -m canonical_network.data.generate_nbody --out {tmp_path}" in msg
     assert not any(tmp_path.iterdir())  # nothing was generated
 
 
@@ -359,7 +359,7 @@ def test_corrupted_file_error(tiny_dir, tmp_path):
         NBodyDataModule(data_dir=str(data), **TINY).setup()
     msg = str(err.value)
     assert str(path) in msg and "sha256" in msg
-    assert "Delete" in msg and "generate_nbody.py" in msg
+    assert "Delete" in msg and "-m canonical_network.data.generate_nbody" in msg
     assert "--num-train 3" in msg  # the command regenerates this very dataset
 
 
@@ -444,3 +444,13 @@ def test_an_interrupted_regeneration_leaves_files_missing_never_a_mix_of_two_see
     left = sorted(p.name for p in folder.iterdir() if p.suffix == ".npy")
     assert left and all("train" in name for name in left)  # the interrupted split's files: none of the old ones
     assert not (folder / spec.manifest_name).exists()
+
+
+def test_the_generator_the_errors_name_is_part_of_the_package(tmp_path):
+    """The command a missing or corrupted dataset's error gives runs from an installed wheel too (it named
+    scripts/generate_nbody.py, which only a checkout has)."""
+    from canonical_network.data.generate_nbody import main
+
+    assert main(["--out", str(tmp_path), "--num-train", "3", "--num-valid", "2", "--num-test", "2",
+                 "--n-steps", "400", "--no-progress"]) == 0
+    assert list(tmp_path.glob("manifest_*.json"))

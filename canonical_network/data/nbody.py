@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 NBODY_FILE_SPLITS = ("train", "valid", "test")
 ARRAYS = ("loc", "vel", "edges", "charges")
 MANIFEST_FORMAT = "canonical_network.nbody/1"
-GENERATE_SCRIPT = "scripts/generate_nbody.py"
+GENERATE_COMMAND = "python -m canonical_network.data.generate_nbody"
 
 
 class NBodyDataError(RuntimeError):
@@ -106,7 +106,7 @@ class NBodyDatasetSpec:
 
     def generate_command(self, out_dir: str | Path) -> str:
         """The command line that generates exactly this dataset into ``out_dir``."""
-        cmd = f"python {GENERATE_SCRIPT} --out {out_dir}"
+        cmd = f"{GENERATE_COMMAND} --out {out_dir}"
         if self.name != "nbody_small":
             cmd += f" --dataset {self.name}"
         base = NBODY_DATASETS[self.name]
