@@ -20,6 +20,15 @@ Then ``trainer.test`` runs, logging to the same loggers as training (W&B offline
 (:class:`~canonical_network.records.RunResults`), ``"status": "evaluated"`` and ``"checkpoint"`` the file
 read. ``tables`` and ``report`` leave such records out (:func:`canonical_network.records.load_runs`).
 
+The checkpoint may come from another machine or checkout: its data paths under the training run's
+``paths.data_dir`` follow this command's ``paths.data_dir``, and its data is downloaded only when the command
+line asks (``data.download=true``), never because the stored config said so (:func:`register_run_config`).
+Pretrained weights a component loaded when the run started (``prediction.weights=IMAGENET1K_V1``) are not read
+again: the checkpoint's state dict holds every weight (:func:`without_pretrained_weights`).
+
+A refused evaluation (a :class:`ConfigError`) prints one line, ``canonical_network.evaluate: error: <message>``,
+and exits with status 2; in a multirun the job fails as any job does.
+
 From Python: ``evaluate(compose_evaluation(ckpt_path, overrides, output_dir))`` returns the record written.
 """
 
@@ -50,11 +59,14 @@ from canonical_network.utils.config import CONFIG_DIR
 from canonical_network.utils.run_config import validate_run_config
 from canonical_network.utils.runs import (
     build_trainer,
+    building_error,
     finish,
     instantiate_callbacks,
     instantiate_loggers,
+    is_multirun,
     logged_test_metrics,
     prepare_process,
+    refuse,
     remove_unused_run_folder,
     run_record,
     save_hydra_record,
@@ -70,6 +82,11 @@ NOT_REUSED = ("logger", "callbacks", "paths", "hydra", "ckpt_path", "resume", "t
 #: Keys of the stored run config registered as options of their own group, so that ``data=<option>`` and
 #: ``trainer=<option>`` replace them whole instead of merging into them.
 GROUPS = {"data": ("data", "data_info"), "trainer": ("trainer",)}
+#: Components that read pretrained weights when built, by ``_target_``: an evaluation builds them without (the
+#: checkpoint's state dict replaces every weight), so the weights file need not exist on this machine.
+PRETRAINED_WEIGHTS_TARGETS = ("canonical_network.prediction.torchvision_backbones.TorchvisionBackbone",)
+#: The command's name in its one-line refusals (exit status 2, as argparse's: utils/runs.py ``refuse``).
+COMMAND = "canonical_network.evaluate"
 _FOLDER_TAKEN = (f"{{folder}} already holds a {RESULTS_FILE} or a training run's checkpoints/ (another run's "
                  "folder): an evaluation writes into a folder of its own; leave hydra.run.dir to its default, or "
                  "give a new folder")
@@ -80,18 +97,44 @@ def _folder_taken(folder: Path | str) -> bool:
     return (Path(folder) / RESULTS_FILE).exists() or (Path(folder) / "checkpoints").exists()
 
 
+def data_for_this_machine(data: Any, stored_paths: Any) -> Any:
+    """The checkpoint's ``data`` section as this machine reads it: every string under the training run's
+    ``paths.data_dir`` (``/home/them/canonical_network/data/rotated_mnist``) becomes the same place under this
+    command's (``${paths.data_dir}/rotated_mnist``), and ``download`` is false (the command line may set it
+    again: a file read from disk never decides that something is downloaded, nor where to)."""
+    root = str((stored_paths or {}).get("data_dir") or "").rstrip("/")
+
+    def moved(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: moved(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [moved(item) for item in value]
+        if root and isinstance(value, str) and (value == root or value.startswith(root + "/")):
+            return "${paths.data_dir}" + value[len(root):]
+        return value
+
+    if not isinstance(data, dict):
+        return data or {}
+    data = moved(data)
+    if "download" in data:
+        data["download"] = False
+    return data
+
+
 def register_run_config(stored: dict[str, Any]) -> None:
     """Make the checkpoint's run config composable: ``checkpoint_run`` (its own keys), ``data/from_checkpoint``
-    (``data`` and ``data_info``, global package) and ``trainer/from_checkpoint``, as configs/evaluate.yaml
-    expects. Registering again (another checkpoint in the same process) replaces them."""
+    (``data`` as :func:`data_for_this_machine` reads it, and ``data_info``, global package) and
+    ``trainer/from_checkpoint``, as configs/evaluate.yaml expects. Registering again (another checkpoint in the
+    same process) replaces them."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
     grouped = {key for keys in GROUPS.values() for key in keys}
     store.store(name="checkpoint_run", node={k: v for k, v in stored.items()
                                              if k not in NOT_REUSED and k not in grouped})
-    store.store(group="data", name=FROM_CHECKPOINT, package="_global_",
-                node={key: stored.get(key) or {} for key in GROUPS["data"]})
+    data = {key: stored.get(key) or {} for key in GROUPS["data"]}
+    data["data"] = data_for_this_machine(data["data"], stored.get("paths"))
+    store.store(group="data", name=FROM_CHECKPOINT, package="_global_", node=data)
     store.store(group="trainer", name=FROM_CHECKPOINT, node=stored.get("trainer") or {})
 
 
@@ -144,6 +187,27 @@ def compose_evaluation(ckpt_path: str | Path, overrides: list[str] | tuple[str, 
     return cfg
 
 
+def without_pretrained_weights(model: DictConfig) -> DictConfig:
+    """A copy of the model config that builds the same network without reading pretrained weights: each
+    :data:`PRETRAINED_WEIGHTS_TARGETS` node gets ``weights: null`` (and no download), its ``normalize: auto``
+    first resolved as the run resolved it (``imagenet`` when it loaded weights, else ``none``). The checkpoint's
+    state dict then sets every weight, as it would have replaced the pretrained ones."""
+
+    def rebuilt(node: Any) -> Any:
+        if isinstance(node, list):
+            return [rebuilt(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        node = {key: rebuilt(value) for key, value in node.items()}
+        if node.get("_target_") in PRETRAINED_WEIGHTS_TARGETS and node.get("weights") is not None:
+            if node.get("normalize", "auto") == "auto":
+                node["normalize"] = "imagenet"
+            node["weights"], node["download_weights"] = None, False
+        return node
+
+    return OmegaConf.create(rebuilt(OmegaConf.to_container(model, resolve=True)))
+
+
 def evaluate(cfg: DictConfig) -> RunResults:
     """Test the checkpoint ``cfg.ckpt_path`` under the composed evaluation config ``cfg`` and write
     ``results.json`` into ``cfg.paths.output_dir``; returns the record written.
@@ -173,12 +237,12 @@ def evaluate(cfg: DictConfig) -> RunResults:
 
     try:  # building from the config: a failure here is a config error, found before testing
         datamodule = hydra.utils.instantiate(cfg.data)
-        model = hydra.utils.instantiate(cfg.model)
+        model = hydra.utils.instantiate(without_pretrained_weights(cfg.model))  # its weights: the checkpoint's
         load_weights(model, checkpoint, path)
         loggers = instantiate_loggers(cfg, output_dir, job_type="evaluate")
         trainer = build_trainer(cfg, output_dir, instantiate_callbacks(cfg), loggers)
     except Exception as error:
-        raise ConfigError(str(error)) from error
+        raise ConfigError(building_error(error)) from error
     del checkpoint  # the optimiser state and the rest are not needed for testing
     param_counts = model.parameter_counts() if hasattr(model, "parameter_counts") else {}
     for lg in loggers:
@@ -197,9 +261,11 @@ def evaluate(cfg: DictConfig) -> RunResults:
 def _evaluate_main(cfg: DictConfig) -> None:
     try:
         evaluate(cfg)
-    except ConfigError:
+    except ConfigError as error:
         remove_unused_run_folder(Path(cfg.paths.output_dir))  # a refused evaluation leaves no folder behind
-        raise
+        if is_multirun():
+            raise  # the job fails as a job does; the sweep reports it
+        refuse(COMMAND, error)  # one line, no traceback
 
 
 def _command_line(arguments: list[str]) -> tuple[str, list[str]]:
@@ -231,7 +297,7 @@ def main() -> None:
         ckpt_path, overrides = _command_line(sys.argv[1:])
         prepare(ckpt_path, overrides)
     except (ConfigError, OSError, ValueError) as error:
-        raise SystemExit(f"canonical_network.evaluate: error: {error}") from None
+        refuse(COMMAND, error)
     _evaluate_main()
 
 

@@ -46,6 +46,7 @@ from canonical_network.utils.runs import (
     LOCK_FILE,
     SETUP_FILES,
     build_trainer,
+    building_error,
     code_version,
     command_overrides,
     finish,
@@ -57,6 +58,7 @@ from canonical_network.utils.runs import (
     logged_test_metrics,
     prepare_process,
     recover_fit_state,
+    refuse,
     remove_unused_run_folder,
     run_record,
     save_hydra_record,
@@ -322,33 +324,6 @@ def _run(cfg: DictConfig) -> RunResults:
         )
         finish(results, output_dir, trainer, loggers, log)
         return results
-
-
-def building_error(error: BaseException) -> str:
-    """The message of an error raised while building the run from its config: the component's own (the
-    project's checks name the full key, ``canonicalization.num_rotations must be ...``) rather than Hydra's
-    wrapper around it; other errors keep their type and get the config node that raised them."""
-    import re
-
-    from hydra.errors import InstantiationException
-
-    node, inner = None, error
-    while isinstance(inner, InstantiationException) and inner.__cause__ is not None:
-        node = node or re.search(r"full_key: (\S+)", str(inner))
-        inner = inner.__cause__
-    if inner is error:
-        return str(error)
-    if isinstance(inner, (ValueError, ConfigError)):
-        return str(inner)
-    return f"{type(inner).__name__}: {inner}" + (f" (building {node.group(1)})" if node else "")
-
-
-def refuse(command: str, error: BaseException) -> None:
-    """End a single run refused before training: its message on one line of stderr, exit status 2."""
-    import sys
-
-    print(f"{command}: error: {error}", file=sys.stderr)
-    raise SystemExit(2) from None
 
 
 def is_divergence(error: BaseException) -> bool:

@@ -94,3 +94,139 @@ EXPERIMENTS = sorted(str(p.relative_to(PROJECT_ROOT / "configs" / "experiment").
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_passes_validation(experiment):
     validate_run_config(compose_config([f"experiment={experiment}"]))
+
+
+# ----------------------------------------------------------------- the canonicalizer and predictor against the task
+
+IMAGE_CANONICALIZATIONS = "gcnn, identity, opt, pca, pretrained, tta"
+POINTCLOUD_CANONICALIZATIONS = "identity, permutation, pretrained, so3_permutation, vn_pointcloud"
+NBODY_CANONICALIZATIONS = "e3_permutation, identity, permutation, pretrained, vn_deepsets"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["experiment=rotmnist/cn_p4", "canonicalization=vn_pointcloud"],
+         r"canonicalization=vn_pointcloud \(VNPointCloudCanonicalizer, for PointCloudClassificationTask, "
+         r"PartSegmentationTask\) does not fit the model's task ImageClassificationTask \(experiment=rotmnist/cn_p4\); "
+         rf"canonicalization options for it: {IMAGE_CANONICALIZATIONS}$"),
+        (["experiment=rotmnist/cn_p4", "prediction=pointnet"],
+         r"prediction=pointnet \(PointNet, for PointCloudClassificationTask, PartSegmentationTask\) does not fit the "
+         r"model's task ImageClassificationTask \(experiment=rotmnist/cn_p4\); prediction options for it: "
+         r"cnn, gcnn, resnet18, resnet50, vit_b_16$"),
+        # gcnn's ${data_info.image_size} does not exist for point clouds: named for what it is, not an
+        # interpolation error
+        (["experiment=modelnet/pointnet", "canonicalization=gcnn", "data=synthetic_shapes40"],
+         r"canonicalization=gcnn \(GCNNCanonicalizer, for ImageClassificationTask\) does not fit the model's task "
+         rf"PointCloudClassificationTask \(experiment=modelnet/pointnet\); canonicalization options for it: "
+         rf"{POINTCLOUD_CANONICALIZATIONS}$"),
+        (["experiment=nbody/gnn", "canonicalization=vn_pointcloud"],
+         rf"canonicalization=vn_pointcloud .* task NBodyDynamicsTask .*options for it: {NBODY_CANONICALIZATIONS}$"),
+        (["experiment=rotmnist/cnn", "canonicalization=permutation"],
+         r"canonicalization=permutation \(PermutationCanonicalizer, for NBodyDynamicsTask, "
+         r"PointCloudClassificationTask, PartSegmentationTask\) does not fit the model's task ImageClassificationTask"),
+        # a product's factors are checked: the option is generic, its VN factor is not
+        (["experiment=rotmnist/cnn", "canonicalization=so3_permutation"],
+         r"^canonicalization\.first \(VNPointCloudCanonicalizer, .*\) does not fit the model's task "
+         rf"ImageClassificationTask .*options for it: {IMAGE_CANONICALIZATIONS}$"),
+        (["experiment=nbody/gnn", "prediction=cnn"],
+         r"prediction=cnn \(CNN, for ImageClassificationTask\) does not fit the model's task NBodyDynamicsTask"),
+        (["experiment=shapenet/pointnet", "prediction=point_transformer"],
+         r"prediction=point_transformer \(PointTransformer, for PointCloudClassificationTask\) does not fit the "
+         r"model's task PartSegmentationTask \(experiment=shapenet/pointnet\); prediction options for it: "
+         r"dgcnn, pointnet, .*vn_dgcnn, vn_pointnet$"),
+    ],
+)
+def test_a_component_of_another_task_is_refused_naming_the_valid_options(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_run_config(compose_config(overrides))
+
+
+def test_a_component_of_another_task_leaves_nothing_behind(tmp_path):
+    cfg = shrink(compose_config(["experiment=rotmnist/cnn", "prediction=pointnet"], tmp_path / "run"))
+    with pytest.raises(ConfigError, match="prediction=pointnet .* does not fit the model's task"):
+        run(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("overrides", "group", "option"), [
+    # the training-free and generic canonicalizers stay allowed wherever they work (the identity: every
+    # baseline row, test_every_experiment_passes_validation)
+    (["experiment=rotmnist/cnn", "canonicalization=tta"], "canonicalization", "tta"),
+    (["experiment=rotmnist/cnn", "canonicalization=pca"], "canonicalization", "pca"),
+    (["experiment=modelnet/transformer", "canonicalization=so3_permutation"], "canonicalization", "so3_permutation"),
+    (["experiment=modelnet/transformer", "canonicalization=permutation", "canonicalization.in_features=3"],
+     "canonicalization", "permutation"),
+    (["experiment=nbody/mlp", "canonicalization=e3_permutation"], "canonicalization", "e3_permutation"),
+    (["experiment=shapenet/pointnet", "prediction=dgcnn"], "prediction", "dgcnn"),
+    (["experiment=nbody/gnn", "prediction=fa_gnn"], "prediction", "fa_gnn"),
+])
+def test_components_that_serve_the_task_pass_and_are_listed_for_it(overrides, group, option):
+    from canonical_network.utils.run_config import task_options
+
+    cfg = compose_config(overrides)
+    validate_run_config(cfg)
+    assert option in task_options(group, cfg.model._target_)
+
+
+def test_every_declared_task_is_a_task_and_every_task_has_its_options():
+    from canonical_network.data.catalog import all_data_facts
+    from canonical_network.utils.run_config import (
+        TASK_GROUPS,
+        _component_tasks,
+        _option_targets,
+        task_options,
+    )
+
+    tasks = {task for facts in all_data_facts() for task in facts.tasks}
+    for group in TASK_GROUPS:
+        for option, targets in _option_targets(group):
+            assert targets, f"configs/{group}/{option}.yaml names no _target_"
+            for target in targets:
+                assert set(_component_tasks(target) or ()) <= tasks, (group, option, target)
+    for task in tasks:
+        assert "identity" in task_options("canonicalization", task)
+        assert len(task_options("prediction", task)) >= 2, task
+
+
+# ----------------------------------------------------------------- single values checked before admission
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # Lightning's seed_everything takes 0 .. 2^32 - 1 (numpy's generator); it used to fail after admission
+        (["seed=-1"], r"^seed must be an integer in \[0, 4294967295\]; got -1"),
+        (["seed=4294967296"], r"^seed must be an integer in \[0, 4294967295\]; got 4294967296"),
+        (["test_ckpt=first"], r"^test_ckpt must be one of \['best', 'last'\]; got 'first'$"),
+        (["model.optimizer.lr=inf"], r"^model\.optimizer\.lr must be a finite number > 0; got inf$"),
+        (["model.optimizer.weight_decay=inf"], r"^model\.optimizer\.weight_decay must be a finite number >= 0; got inf$"),
+    ],
+)
+def test_single_values_are_checked_before_admission(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_run_config(compose_config(["experiment=rotmnist/cnn", *overrides]))
+
+
+def test_infinite_momentum_is_refused():
+    with pytest.raises(ConfigError, match=r"^model\.optimizer\.momentum must be a finite number >= 0; got inf$"):
+        validate_run_config(compose_config(["experiment=modelnet/pointnet", "model.optimizer.momentum=inf"]))
+
+
+# ----------------------------------------------------------------- unknown keys under data and model
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # the row sets data.train_rotation for its own data (rotated_mnist_5k); data=rotated_mnist takes none
+        (["experiment=adapt_mnist/resnet18", "data=rotated_mnist"],
+         r"^data: RotatedMNISTDataModule takes no train_rotation, test_rotation \(set by "
+         r"experiment=adapt_mnist/resnet18 .*Drop them with: ~data\.train_rotation ~data\.test_rotation ;"),
+        (["experiment=rotmnist/cnn", "+data.bogus=1"], r"^data: RotatedMNIST5kDataModule takes no bogus .*~data\.bogus"),
+        (["experiment=rotmnist/cnn", "+model.bogus=1"], r"^model: ImageClassificationTask takes no bogus .*~model\.bogus"),
+        (["experiment=nbody/cn_gnn", "+model.label_smoothing=0.1"],
+         r"^model: NBodyDynamicsTask takes no label_smoothing .*~model\.label_smoothing"),
+    ],
+)
+def test_unknown_data_and_model_keys_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_run_config(compose_config(overrides))

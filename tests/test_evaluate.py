@@ -305,3 +305,96 @@ def test_tables_and_reports_do_not_count_an_evaluation_as_a_run(tmp_path):
 def _folder(path):
     path.mkdir(parents=True)
     return path
+
+
+# ------------------------------------------------------------------------------------ another machine's checkpoint
+
+def _with_stored_config(ckpt, path, edit):
+    """A copy of ``ckpt`` whose stored run config ``edit`` changed in place (as another machine's run stored it)."""
+    checkpoint = torch.load(ckpt, map_location="cpu", weights_only=True)
+    edit(checkpoint[RUN_CONFIG_KEY]["config"])
+    torch.save(checkpoint, path)
+    return path
+
+
+def test_data_paths_follow_this_machine_and_a_stored_download_is_not_inherited(image_run, tmp_path):
+    _, ckpt = image_run
+    elsewhere = "/home/otheruser/canonical_network/data"
+
+    def trained_elsewhere(config):
+        config["paths"]["data_dir"] = elsewhere
+        config["data"] = {"_target_": "canonical_network.data.rotated_mnist.RotatedMNISTDataModule",
+                          "data_dir": f"{elsewhere}/rotated_mnist", "num_train": 10000, "batch_size": 128,
+                          "num_workers": 0, "augmentation": "none", "download": True}
+
+    moved = _with_stored_config(ckpt, tmp_path / "moved.ckpt", trained_elsewhere)
+    mine = tmp_path / "mydata"
+    cfg = compose_evaluation(moved, [f"paths.data_dir={mine}"])
+    assert cfg.data.data_dir == f"{mine}/rotated_mnist" and cfg.data.download is False
+    assert compose_evaluation(moved).data.data_dir == str(PROJECT_ROOT / "data" / "rotated_mnist")
+    # downloading stays possible, when this command line asks for it
+    assert compose_evaluation(moved, [f"paths.data_dir={mine}", "data.download=true"]).data.download is True
+
+
+def test_a_pretrained_backbone_is_rebuilt_without_its_weights_file(tmp_path):
+    import torchvision
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from canonical_network.evaluate import without_pretrained_weights
+    from canonical_network.utils.checkpoints import load_weights, run_config_entry
+
+    weights = tmp_path / "resnet18.pth"
+    torch.save(torchvision.models.resnet18().state_dict(), weights)
+    cfg = compose_config(["experiment=adapt_mnist/resnet18", f"prediction.weights={weights}", "data.batch_size=4"],
+                         tmp_path / "run")
+    model = instantiate(cfg.model).eval()
+    assert model.network.predictor.normalize  # normalize=auto with weights: ImageNet's statistics
+    ckpt = tmp_path / "adapt.ckpt"
+    torch.save({"state_dict": model.state_dict(),
+                RUN_CONFIG_KEY: run_config_entry(OmegaConf.to_container(cfg, resolve=True))}, ckpt)
+    weights.unlink()  # another machine: the file the run started from is not there; the checkpoint holds every weight
+
+    rebuilt = instantiate(without_pretrained_weights(compose_evaluation(ckpt).model))
+    load_weights(rebuilt, torch.load(ckpt, map_location="cpu", weights_only=True), ckpt)
+    rebuilt.eval()
+    assert rebuilt.network.predictor.normalize  # auto resolved as the run resolved it
+    images = torch.rand(3, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(rebuilt(images), model(images))
+    overrides = ["logger=none", "trainer.accelerator=cpu", "trainer.limit_test_batches=1", "model.orbit_rotations=0"]
+    results = evaluate(compose_evaluation(ckpt, overrides, tmp_path / "eval"))
+    assert results["status"] == EVALUATED and "test/error" in results["metrics"]
+    # the record states the run's network as it was trained: from those weights
+    assert results["config"]["prediction"]["weights"] == str(weights)
+
+
+def test_an_error_hydra_wrapped_is_shown_as_its_own_message():
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    from canonical_network.utils.runs import building_error
+
+    with pytest.raises(InstantiationException) as caught:
+        instantiate({"_target_": "canonical_network.prediction.cnn.CNN", "width": -1.0})
+    assert "Error in call to target" in str(caught.value)
+    assert building_error(caught.value) == "prediction.width must be a number > 0; got -1.0"
+
+
+def test_a_refused_evaluation_prints_one_line_and_exits_with_status_2(image_run, tmp_path):
+    _, ckpt = image_run
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "canonical_network.evaluate"]
+    # refused after composing (the data module's own check, inside Hydra's instantiate)
+    proc = subprocess.run([*command, f"ckpt_path={ckpt}", "data.batch_size=0", "logger=none",
+                           f"hydra.run.dir={tmp_path / 'refused'}"], cwd=PROJECT_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Error in call to target" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("canonical_network.evaluate")]
+    assert errors == ["canonical_network.evaluate: error: data.batch_size must be an integer >= 1; got 0"]
+    assert not (tmp_path / "refused").exists()
+    # refused before composing: the same line and status
+    proc = subprocess.run([*command, "model.orbit_rotations=8"], cwd=PROJECT_ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.startswith("canonical_network.evaluate: error: ckpt_path is required")

@@ -120,6 +120,10 @@ class Canonicalizer(nn.Module, metaclass=_AppliesBaseOptions):
             for an O(3) weighted frame) or ``|G|`` (full).
     """
 
+    #: the tasks (task classes by name, as ``model._target_`` ends, like a data module's ``tasks``) whose inputs
+    #: h takes; ``utils/run_config.py`` refuses h under any other task before anything is built. ``None``: any
+    #: task (the identity; a product, whose factors say).
+    tasks: tuple[str, ...] | None = None
     #: the group the canonicalizer is equivariant to, in mathematical notation (for logs and docs).
     group_name: str = "trivial"
     #: the identity's index in a finite group's enumeration (escnn's order starts with it: no flip, angle 0)

@@ -137,6 +137,9 @@ class GCNNCanonicalizer(Canonicalizer):
         freeze: keep the weights at initialisation (the paper's "CN(p4 & frozen)").
     """
 
+    #: the tasks (model._target_'s class) whose inputs h takes (utils/run_config.py checks it)
+    tasks = ("ImageClassificationTask",)
+
     def __init__(
         self,
         num_rotations: int = 4,
@@ -299,6 +302,9 @@ class PCACanonicalizer(Canonicalizer):
         threshold: pixels below this intensity (inputs in [0, 1]) are ignored, so faint interpolation halos
             do not tilt the axis.
     """
+
+    #: the tasks (model._target_'s class) whose inputs h takes (utils/run_config.py checks it)
+    tasks = ("ImageClassificationTask",)
 
     group_name = "SO(2)"
 

@@ -159,6 +159,9 @@ class OptimizationCanonicalizer(Canonicalizer):
     ``angle_deg`` carries the implicit gradient to E's weights (and to the images if they require grad).
     """
 
+    #: the tasks (model._target_'s class) whose inputs h takes (utils/run_config.py checks it)
+    tasks = ("ImageClassificationTask",)
+
     group_name = "SO(2)"
 
     def __init__(

@@ -133,6 +133,9 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
     Inputs of :meth:`canonicalize`: ``loc`` ``(B, N, 3)``, ``vel`` ``(B, N, 3)``, ``charges`` ``(B, N, 1)``.
     """
 
+    #: the tasks (model._target_'s class) whose inputs h takes (utils/run_config.py checks it)
+    tasks = ("NBodyDynamicsTask",)
+
     group_name = "E(3)"
 
     def __init__(

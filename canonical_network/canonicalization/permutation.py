@@ -115,6 +115,9 @@ class PermutationCanonicalizer(Canonicalizer):
         freeze: keep the initial weights.
     """
 
+    #: the tasks (model._target_'s class) whose inputs h takes: sets, (B, n, ...) along dim 1 (particles, points),
+    #: not images (utils/run_config.py checks it)
+    tasks = ("NBodyDynamicsTask", "PointCloudClassificationTask", "PartSegmentationTask")
     group_name = "S_n"
 
     def __init__(

@@ -182,6 +182,9 @@ class VNPointCloudCanonicalizer(Canonicalizer):
     invariant to permutations of the points (up to ties in the kNN graph or in VN max pooling).
     """
 
+    #: the tasks (model._target_'s class) whose inputs h takes (utils/run_config.py checks it)
+    tasks = ("PointCloudClassificationTask", "PartSegmentationTask")
+
     def __init__(
         self,
         layers: str = "nonlinear",

@@ -87,6 +87,9 @@ class TestTimeCanonicalizer(Canonicalizer):
         freeze: accepted for the common interface; there is nothing to freeze.
     """
 
+    #: the tasks (model._target_'s class) whose inputs h takes (utils/run_config.py checks it)
+    tasks = ("ImageClassificationTask",)
+
     __test__ = False  # a class named Test* that pytest must not collect
 
     #: f is what scores the candidates: CanonicalizedModel binds it (Canonicalizer.bind_predictor)

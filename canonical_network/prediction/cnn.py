@@ -36,6 +36,9 @@ class CNN(nn.Module):
     Shapes: ``forward((B, C, H, W)) -> (B, num_classes)``.
     """
 
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("ImageClassificationTask",)
+
     def __init__(
         self,
         num_classes: int = 10,

@@ -38,6 +38,9 @@ class EGNN(nn.Module):
         loc ``(B, N, 3)``, vel ``(B, N, 3)``, charges ``(B, N, 1)`` → predicted positions ``(B, N, 3)``.
     """
 
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("NBodyDynamicsTask",)
+
     #: node input: the speed ‖v_i‖, the only rotation-invariant per-particle quantity the reference uses.
     NODE_INPUT_DIM = 1
     #: edge input: charge product and squared input distance (``in_edge_nf=2`` in the reference).

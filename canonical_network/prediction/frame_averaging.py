@@ -142,6 +142,9 @@ class LayerwiseFrameAveragingGNN(nn.Module):
         :meth:`forward_with_frames` also returns the ``L`` frames used.
     """
 
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("NBodyDynamicsTask",)
+
     def __init__(
         self,
         hidden_dim: int = 60,
@@ -227,6 +230,9 @@ class FrameAveragingGNN(nn.Module):
         loc ``(B, N, 3)``, vel ``(B, N, 3)``, charges ``(B, N, 1)`` → predicted positions ``(B, N, 3)``.
         The backbone runs on a batch of ``8·B`` systems.
     """
+
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("NBodyDynamicsTask",)
 
     def __init__(
         self,

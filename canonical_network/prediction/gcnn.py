@@ -111,6 +111,9 @@ class GCNN(nn.Module):
     Shapes: ``forward((B, C, H, W)) -> (B, num_classes)``.
     """
 
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("ImageClassificationTask",)
+
     def __init__(
         self,
         num_rotations: int = 4,

@@ -41,6 +41,9 @@ class GNN(nn.Module):
         loc ``(B, N, 3)``, vel ``(B, N, 3)``, charges ``(B, N, 1)`` → predicted positions ``(B, N, 3)``.
     """
 
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("NBodyDynamicsTask",)
+
     #: node input: position (3) and velocity (3) concatenated.
     NODE_INPUT_DIM = 6
 

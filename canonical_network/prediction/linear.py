@@ -24,6 +24,9 @@ class LinearDynamics(nn.Module):
         loc ``(B, N, 3)``, vel ``(B, N, 3)``, charges ``(B, N, 1)`` (unused) → positions ``(B, N, 3)``.
     """
 
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("NBodyDynamicsTask",)
+
     def __init__(self, init_time: float = 0.7) -> None:
         super().__init__()
         init_time = check_number("prediction.init_time", init_time, finite=True)

@@ -46,6 +46,9 @@ class NBodyMLP(nn.Module):
         loc ``(B, N, 3)``, vel ``(B, N, 3)``, charges ``(B, N, 1)`` → predicted positions ``(B, N, 3)``.
     """
 
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("NBodyDynamicsTask",)
+
     def __init__(self, num_particles: int = 5, hidden_dim: int = 128, num_layers: int = 3,
                  residual: bool = True) -> None:
         super().__init__()

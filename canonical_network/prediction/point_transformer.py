@@ -71,6 +71,9 @@ class PointTransformer(PointCloudPredictor):
         pooling: "mean" or "max" over the point tokens.
     """
 
+    #: the tasks f serves: classification only, no part segmentation head (utils/run_config.py checks it)
+    tasks = ("PointCloudClassificationTask",)
+
     def __init__(
         self,
         head: str = "classification",

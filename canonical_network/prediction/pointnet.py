@@ -49,6 +49,9 @@ class PointCloudPredictor(nn.Module):
         num_classes, num_parts, num_categories: from ``data_info`` (ModelNet40: 40; ShapeNet-part: 50, 16).
     """
 
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("PointCloudClassificationTask", "PartSegmentationTask")
+
     def __init__(self, head: str, num_classes: int, num_parts: int, num_categories: int) -> None:
         super().__init__()
         self.head_type = check_choice("prediction.head", head, HEADS)

@@ -82,6 +82,9 @@ class RadialField(nn.Module):
         loc ``(B, N, 3)``, vel ``(B, N, 3)``, charges ``(B, N, 1)`` → predicted positions ``(B, N, 3)``.
     """
 
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("NBodyDynamicsTask",)
+
     #: edge input: charge product and squared input distance (``edge_attr_nf=2`` in main_nbody.py).
     EDGE_ATTR_DIM = 2
 

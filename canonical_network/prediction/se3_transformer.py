@@ -104,6 +104,9 @@ class SE3Transformer(nn.Module):
         loc ``(B, N, 3)``, vel ``(B, N, 3)``, charges ``(B, N, 1)`` → predicted positions ``(B, N, 3)``.
     """
 
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("NBodyDynamicsTask",)
+
     def __init__(
         self, channels: int = 21, num_degrees: int = 3, num_layers: int = 4,
         output_scale_init: float = OUTPUT_SCALE_INIT,

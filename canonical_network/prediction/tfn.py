@@ -326,6 +326,9 @@ class TFN(nn.Module):
         loc ``(B, N, 3)``, vel ``(B, N, 3)``, charges ``(B, N, 1)`` → predicted positions ``(B, N, 3)``.
     """
 
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("NBodyDynamicsTask",)
+
     def __init__(self, channels: int = 16, num_degrees: int = 2, num_layers: int = 4) -> None:
         super().__init__()
         self.channels = check_int("prediction.channels", channels, low=1)

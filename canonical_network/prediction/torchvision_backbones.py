@@ -144,6 +144,9 @@ class TorchvisionBackbone(nn.Module):
     Shapes: ``forward((B, in_channels, image_size, image_size)) -> (B, num_classes)``.
     """
 
+    #: the tasks (model._target_'s class) f serves (utils/run_config.py checks it)
+    tasks = ("ImageClassificationTask",)
+
     def __init__(
         self,
         arch: str = "resnet18",

@@ -7,18 +7,36 @@ because it reads checkpoints (:mod:`canonical_network.utils.checkpoints`, which 
 
 from __future__ import annotations
 
+import functools
 import inspect
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from canonical_network.data.catalog import data_facts, data_for_task
+from canonical_network.data.catalog import all_data_facts, data_facts, data_for_task
 from canonical_network.utils.checkpoints import load_checkpoint, stored_run_config
-from canonical_network.utils.checks import ConfigError, check_bool, check_int, check_number, check_positive
+from canonical_network.utils.checks import (
+    ConfigError,
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    check_positive,
+)
 
 #: The command's own switches (configs/train.yaml): a quoted "false" would read as true.
 RUN_SWITCHES = ("resume", "resume_with_changes", "skip_finished", "test", "allow_unbounded_epochs", "compile")
+#: What ``test_ckpt`` may name (configs/train.yaml): the best validation checkpoint's weights, or the last ones.
+TEST_CKPTS = ("best", "last")
+#: The seeds Lightning's ``seed_everything`` accepts (numpy's generator takes an unsigned 32-bit integer).
+SEED_RANGE = (0, 2**32 - 1)
+#: Groups whose component says which tasks it serves, by a ``tasks`` attribute of its class (the task classes
+#: by name; absent or ``None``: any task), as a data module does (``data/catalog.py``).
+TASK_GROUPS = ("canonicalization", "prediction")
+#: Groups whose keys must all be arguments of their ``_target_`` (:func:`check_group_keys`).
+KEYED_GROUPS = ("canonicalization", "prediction", "data", "model")
 
 
 def _short(target: Any) -> str:
@@ -36,17 +54,23 @@ def _config_check(check: Any, *args: Any, hint: str = "", **kwargs: Any) -> Any:
 def validate_run_config(cfg: Any) -> None:
     """Check a composed training config once, before anything is built; every message names the full key.
 
-    Checked: ``seed`` (an integer), the command's switches (:data:`RUN_SWITCHES`: true or false),
-    ``trainer.max_epochs`` (≥ 1; Lightning's −1, "train forever", only with
-    ``allow_unbounded_epochs=true``), the optimiser's numbers (``model.optimizer.lr`` > 0, other numeric
-    arguments numbers), the data module against the task (e.g. ``data=nbody`` under an image experiment), and
-    a CN(pretrained) checkpoint against the data of the run that made it. Component arguments (widths, group
-    orders, …) are checked by the components themselves, also before training, with the same key format.
+    Checked: ``seed`` (an integer Lightning accepts, :data:`SEED_RANGE`), the command's switches
+    (:data:`RUN_SWITCHES`: true or false), ``test_ckpt`` (:data:`TEST_CKPTS`), ``trainer.max_epochs`` (≥ 1;
+    Lightning's −1, "train forever", only with ``allow_unbounded_epochs=true``), the optimiser's numbers
+    (``model.optimizer.lr`` finite and > 0, ``weight_decay``, ``momentum``, ``eps`` finite and ≥ 0), the data
+    module against the task (e.g. ``data=nbody`` under an image experiment), the canonicalizer and the
+    predictor against the task (:func:`check_task_components`), a CN(pretrained) checkpoint against the data of
+    the run that made it, and the keys of the canonicalization, prediction, data and model nodes against their
+    targets' arguments (:func:`check_group_keys`). Component arguments (widths, group orders, …) are checked
+    by the components themselves, also before training, with the same key format.
     """
-    _config_check(check_int, "seed", cfg.get("seed"))
+    seed = _config_check(check_int, "seed", cfg.get("seed"))
+    _config_check(check_int, "seed", seed, *SEED_RANGE, hint=" (the seeds Lightning's seed_everything accepts)")
     for switch in RUN_SWITCHES:
         if switch in cfg:
             _config_check(check_bool, switch, cfg.get(switch))
+    if "test_ckpt" in cfg:
+        _config_check(check_choice, "test_ckpt", cfg.get("test_ckpt"), TEST_CKPTS)
     epochs = cfg.trainer.get("max_epochs")
     if not (epochs == -1 and cfg.get("allow_unbounded_epochs", False)):
         hint = (" (Lightning's 'train forever'; add allow_unbounded_epochs=true if that is meant, or bound the run "
@@ -57,10 +81,12 @@ def validate_run_config(cfg: Any) -> None:
         if name.startswith("_"):
             continue
         key = f"model.optimizer.{name}"
-        if name == "lr":
+        if name == "lr":  # a number > 0 first (its message), then a finite one: lr=inf is a number > 0
             _config_check(check_positive, key, value)
+            _config_check(check_number, key, value, low=0, low_inclusive=False, finite=True)
         elif name in ("weight_decay", "momentum", "eps"):
             _config_check(check_number, key, value, low=0)
+            _config_check(check_number, key, value, low=0, finite=True)
     _config_check(check_positive, "model.canonicalizer_lr", cfg.model.get("canonicalizer_lr"), optional=True)
 
     task, data = _short(cfg.model.get("_target_")), _short(cfg.data.get("_target_"))
@@ -72,11 +98,116 @@ def validate_run_config(cfg: Any) -> None:
             f"data={option} ({data}) does not fit the model's task {task} "
             f"(experiment={cfg.get('experiment_name')}); data options for it: {valid}"
         )
+    check_task_components(cfg)
     canonicalization = cfg.get("canonicalization") or {}
     if _short(canonicalization.get("_target_")) == "from_checkpoint" and canonicalization.get("checkpoint"):
         _check_pretrained_source(str(canonicalization.checkpoint), data)
-    for group in ("canonicalization", "prediction"):
+    for group in KEYED_GROUPS:
         check_group_keys(cfg, group)
+
+
+# --- components against the task ------------------------------------------------------------------------
+
+
+def _component_tasks(target: Any) -> tuple[str, ...] | None:
+    """The tasks the component ``target`` (a ``_target_``) serves: its class's ``tasks``. ``None`` (any task)
+    without one, or for a target that does not import (it fails with its own message when built)."""
+    try:
+        from hydra.utils import get_object
+
+        tasks = getattr(get_object(str(target)), "tasks", None)
+    except Exception:
+        return None
+    return None if tasks is None else tuple(tasks)
+
+
+def _task_names(target: Any) -> set[str]:
+    """The class names a task ``target`` answers to: its own and its bases' (a subclass of a project task is that
+    task to its components); the last part of the target when it does not import."""
+    try:
+        from hydra.utils import get_object
+
+        return {cls.__name__ for cls in inspect.getmro(get_object(str(target)))}
+    except Exception:
+        return {_short(target)}
+
+
+def _fits(target: Any, task_names: set[str]) -> bool:
+    tasks = _component_tasks(target)
+    return tasks is None or bool(task_names & set(tasks))
+
+
+def _misfits(node: Any, task_names: set[str], key: str) -> Iterator[tuple[str, str]]:
+    """``(dotted key, _target_)`` of each component in ``node`` (a plain container: the node itself and those
+    nested in it, e.g. a product canonicalizer's factors) that serves none of ``task_names``."""
+    if isinstance(node, dict):
+        target = node.get("_target_")
+        if isinstance(target, str) and not _fits(target, task_names):
+            yield key, target
+        for name, value in node.items():
+            yield from _misfits(value, task_names, f"{key}.{name}")
+
+
+@functools.cache
+def _option_targets(group: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``(option, targets)`` of every ``configs/<group>/*.yaml``, in name order: its ``_target_`` and those of
+    the options of the same group its defaults list places in it (``vn_pointcloud@first``), at any depth."""
+    from canonical_network.utils.config import CONFIG_DIR
+
+    folder = CONFIG_DIR / group
+    raw = {path.stem: OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+           for path in sorted(folder.glob("*.yaml"))}
+
+    def targets(option: str, seen: frozenset[str]) -> tuple[str, ...]:
+        node = raw.get(option)
+        if not isinstance(node, dict) or option in seen:
+            return ()
+        own = (node["_target_"],) if isinstance(node.get("_target_"), str) else ()
+        parts = [str(entry).split("@", 1)[0] for entry in node.get("defaults") or []
+                 if isinstance(entry, str) and entry != "_self_" and not entry.startswith("/")]
+        return own + tuple(t for part in parts for t in targets(part, seen | {option}))
+
+    return tuple((option, targets(option, frozenset())) for option in raw)
+
+
+def task_options(group: str, task: str) -> list[str]:
+    """The options of ``configs/<group>/`` whose components (the option's and its factors') serve ``task`` (a
+    task class name, or the ``_target_`` of a task)."""
+    names = _task_names(task)
+    return [option for option, targets in _option_targets(group)
+            if targets and all(_fits(target, names) for target in targets)]
+
+
+def check_task_components(cfg: Any) -> None:
+    """Raise :class:`ConfigError` when the canonicalizer or the predictor cannot serve the model's task.
+
+    Each component's class says which tasks it serves (its ``tasks``: e.g. the G-CNN canonicalizer and the CNN
+    images only, the VN canonicalizer point clouds only); the identity, a product (whose factors say) and any
+    component without ``tasks`` serve every task. Without this check ``canonicalization=vn_pointcloud`` under
+    an image row fails in the first forward pass, deep inside torch, after the run was admitted. A task is
+    judged by its class and its bases; one that is no task the project's data modules name, nor derives from
+    one, is not judged (a task of your own code).
+    """
+    model = cfg.get("model") or {}
+    task_target = model.get("_target_")
+    names = _task_names(task_target)
+    known = {task for facts in all_data_facts() for task in facts.tasks}
+    if not isinstance(task_target, str) or not names & known:
+        return
+    task = _short(task_target)
+    for group in TASK_GROUPS:
+        node = cfg.get(group)
+        if isinstance(node, DictConfig):  # unresolved: gcnn's ${data_info.image_size} may not exist here
+            node = OmegaConf.to_container(node, resolve=False)
+        for key, target in _misfits(node, names, group):
+            choices = [option for option, targets in _option_targets(group) if targets and targets[0] == target]
+            named = f"{group}={choices[0]}" if key == group and len(choices) == 1 else key
+            valid = ", ".join(task_options(group, task_target)) or "none"
+            serves = ", ".join(_component_tasks(target) or ())
+            raise ConfigError(
+                f"{named} ({_short(target)}, for {serves}) does not fit the model's task {task} "
+                f"(experiment={cfg.get('experiment_name')}); {group} options for it: {valid}"
+            )
 
 
 def check_group_keys(cfg: Any, group: str) -> None:

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import hydra
 from omegaconf import DictConfig
@@ -336,6 +336,38 @@ def command_overrides() -> list[str]:
         return list(HydraConfig.get().overrides.task)
     except ValueError:
         return []
+
+
+def building_error(error: BaseException) -> str:
+    """The message of an error raised while building the run from its config: the component's own (the
+    project's checks name the full key, ``canonicalization.num_rotations must be ...``) rather than Hydra's
+    wrapper around it; other errors keep their type and get the config node that raised them."""
+    import re
+
+    from hydra.errors import InstantiationException
+
+    node, inner = None, error
+    while isinstance(inner, InstantiationException) and inner.__cause__ is not None:
+        node = node or re.search(r"full_key: (\S+)", str(inner))
+        inner = inner.__cause__
+    if inner is error:
+        return str(error)
+    from canonical_network.utils.checks import ConfigError
+
+    if isinstance(inner, (ValueError, ConfigError)):
+        return str(inner)
+    return f"{type(inner).__name__}: {inner}" + (f" (building {node.group(1)})" if node else "")
+
+
+def refuse(command: str, error: BaseException) -> NoReturn:
+    """End a single command refused before it ran (a config error, a busy or finished folder): its message on
+    one line of stderr, ``<command>: error: <message>``, and exit status 2, as argparse's refusals. A
+    ``SystemExit`` passes Hydra's error printer, which would print the traceback of an exception."""
+    import sys
+
+    message = " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+    print(f"{command}: error: {message}", file=sys.stderr)
+    raise SystemExit(2) from None
 
 
 def is_multirun() -> bool:
