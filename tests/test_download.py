@@ -481,7 +481,8 @@ def test_mirror_fetches_the_archive_name_under_another_url(server, tmp_path, mon
     assert [p for p, _ in server.requests] == [f"/range/{archive}"]  # only the mirror was asked
 
 
-def test_file_mirror_is_the_manual_route(tmp_path, monkeypatch):
+def local_archive_folder(tmp_path, monkeypatch):
+    """A folder holding the (tiny) Rotated MNIST archive, whose registered URL is unreachable: a file mirror."""
     data = mnist_archive()
     downloads = tmp_path / "downloads"
     downloads.mkdir()
@@ -489,6 +490,11 @@ def test_file_mirror_is_the_manual_route(tmp_path, monkeypatch):
     monkeypatch.setitem(
         SOURCES, "rotated_mnist", tiny_source("rotated_mnist", data, ["http://127.0.0.1:9/x"])
     )
+    return downloads
+
+
+def test_file_mirror_is_the_manual_route(tmp_path, monkeypatch):
+    downloads = local_archive_folder(tmp_path, monkeypatch)
     root = tmp_path / "data"
     assert dl.main(["rotated_mnist", "--root", str(root), "--mirror", downloads.as_uri(), "--quiet"]) == 0
     read_with_loader("rotated_mnist", root / "rotated_mnist")
@@ -642,13 +648,7 @@ def test_a_mirror_may_be_a_local_folder_and_the_root_defaults_to_the_projects_da
     the project's data/, not the working directory's."""
     import canonical_network.utils.config as config
 
-    data = mnist_archive()
-    downloads = tmp_path / "downloads"
-    downloads.mkdir()
-    (downloads / SOURCES["rotated_mnist"].archive).write_bytes(data)
-    monkeypatch.setitem(
-        SOURCES, "rotated_mnist", tiny_source("rotated_mnist", data, ["http://127.0.0.1:9/x"])
-    )
+    downloads = local_archive_folder(tmp_path, monkeypatch)
     project = tmp_path / "project"
     monkeypatch.setattr(config, "PROJECT_ROOT", project)
     monkeypatch.chdir(tmp_path)
