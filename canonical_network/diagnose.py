@@ -2,7 +2,8 @@
 [diagnose.num_samples=32] [diagnose.fail_above=1e-4] [overrides]`` (console script ``cn-diagnose``).
 
 Composes ``configs/diagnose.yaml`` (the training config plus its ``diagnose`` section), builds the
-experiment's model (``cfg.model``; with ``ckpt_path`` the checkpoint's ``state_dict`` is loaded, strictly)
+experiment's model (``cfg.model``; with ``ckpt_path`` the checkpoint's ``state_dict`` is loaded, strictly, and
+pretrained weights files are not read: ``utils.checkpoints.without_pretrained_weights``)
 and data module, takes ``diagnose.num_samples`` inputs spread evenly over the test split, and measures
 (:mod:`canonical_network.diagnostics`): equivariance of φ under the elements the data represents exactly and
 under arbitrary image angles, equivariance of the canonicalizer h alone, the distribution of the poses h
@@ -140,7 +141,9 @@ def run(cfg: DictConfig) -> dict:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:  # building from the config: a failure here is a config error
         datamodule = hydra.utils.instantiate(cfg.data)
-        model = hydra.utils.instantiate(cfg.model)
+        # with a checkpoint, its state dict sets every weight: pretrained weights files are not read
+        model = hydra.utils.instantiate(checkpoints.without_pretrained_weights(cfg.model) if cfg.get("ckpt_path")
+                                        else cfg.model)
     except Exception as error:
         raise ConfigError(str(error)) from error
     if cfg.get("ckpt_path"):

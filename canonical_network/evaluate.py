@@ -24,7 +24,7 @@ The checkpoint may come from another machine or checkout: its data paths under t
 ``paths.data_dir`` follow this command's ``paths.data_dir``, and its data is downloaded only when the command
 line asks (``data.download=true``), never because the stored config said so (:func:`register_run_config`).
 Pretrained weights a component loaded when the run started (``prediction.weights=IMAGENET1K_V1``) are not read
-again: the checkpoint's state dict holds every weight (:func:`without_pretrained_weights`).
+again: the checkpoint's state dict holds every weight (:func:`~canonical_network.utils.checkpoints.without_pretrained_weights`).
 
 A refused evaluation (a :class:`ConfigError`) prints one line, ``canonical_network.evaluate: error: <message>``,
 and exits with status 2; in a multirun the job fails as any job does.
@@ -53,6 +53,7 @@ from canonical_network.utils.checkpoints import (
     require_run_config,
     use_symmetrization,
     use_training_free_canonicalizer,
+    without_pretrained_weights,
 )
 from canonical_network.utils.checks import ConfigError
 from canonical_network.utils.config import CONFIG_DIR
@@ -82,9 +83,6 @@ NOT_REUSED = ("logger", "callbacks", "paths", "hydra", "ckpt_path", "resume", "t
 #: Keys of the stored run config registered as options of their own group, so that ``data=<option>`` and
 #: ``trainer=<option>`` replace them whole instead of merging into them.
 GROUPS = {"data": ("data", "data_info"), "trainer": ("trainer",)}
-#: Components that read pretrained weights when built, by ``_target_``: an evaluation builds them without (the
-#: checkpoint's state dict replaces every weight), so the weights file need not exist on this machine.
-PRETRAINED_WEIGHTS_TARGETS = ("canonical_network.prediction.torchvision_backbones.TorchvisionBackbone",)
 #: The command's name in its one-line refusals (exit status 2, as argparse's: utils/runs.py ``refuse``).
 COMMAND = "canonical_network.evaluate"
 _FOLDER_TAKEN = (f"{{folder}} already holds a {RESULTS_FILE} or a training run's checkpoints/ (another run's "
@@ -185,27 +183,6 @@ def compose_evaluation(ckpt_path: str | Path, overrides: list[str] | tuple[str, 
         with open_dict(cfg):
             cfg.paths.output_dir = str(output_dir)
     return cfg
-
-
-def without_pretrained_weights(model: DictConfig) -> DictConfig:
-    """A copy of the model config that builds the same network without reading pretrained weights: each
-    :data:`PRETRAINED_WEIGHTS_TARGETS` node gets ``weights: null`` (and no download), its ``normalize: auto``
-    first resolved as the run resolved it (``imagenet`` when it loaded weights, else ``none``). The checkpoint's
-    state dict then sets every weight, as it would have replaced the pretrained ones."""
-
-    def rebuilt(node: Any) -> Any:
-        if isinstance(node, list):
-            return [rebuilt(item) for item in node]
-        if not isinstance(node, dict):
-            return node
-        node = {key: rebuilt(value) for key, value in node.items()}
-        if node.get("_target_") in PRETRAINED_WEIGHTS_TARGETS and node.get("weights") is not None:
-            if node.get("normalize", "auto") == "auto":
-                node["normalize"] = "imagenet"
-            node["weights"], node["download_weights"] = None, False
-        return node
-
-    return OmegaConf.create(rebuilt(OmegaConf.to_container(model, resolve=True)))
 
 
 def evaluate(cfg: DictConfig) -> RunResults:

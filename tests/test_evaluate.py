@@ -341,7 +341,7 @@ def test_a_pretrained_backbone_is_rebuilt_without_its_weights_file(tmp_path):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from canonical_network.evaluate import without_pretrained_weights
+    from canonical_network.utils.checkpoints import without_pretrained_weights
     from canonical_network.utils.checkpoints import load_weights, run_config_entry
 
     weights = tmp_path / "resnet18.pth"
@@ -367,6 +367,23 @@ def test_a_pretrained_backbone_is_rebuilt_without_its_weights_file(tmp_path):
     assert results["status"] == EVALUATED and "test/error" in results["metrics"]
     # the record states the run's network as it was trained: from those weights
     assert results["config"]["prediction"]["weights"] == str(weights)
+
+    # the other two readers of a checkpoint rebuild it the same way: from Python, and the diagnose command
+    from canonical_network.diagnose import run as diagnose
+    from canonical_network.utils.checkpoints import model_from_checkpoint
+
+    with torch.no_grad():
+        assert torch.equal(model_from_checkpoint(ckpt)(images), model(images))
+    from omegaconf import open_dict
+
+    from canonical_network.utils.config import compose_experiment
+
+    diagnosis = compose_experiment(["experiment=adapt_mnist/resnet18", f"prediction.weights={weights}",
+                                    f"ckpt_path={ckpt}", "logger=none", "diagnose.num_samples=2",
+                                    "diagnose.num_elements=2", "diagnose.figures=false"], config_name="diagnose")
+    with open_dict(diagnosis):
+        diagnosis.paths.output_dir = str(tmp_path / "diagnose")
+    assert diagnose(diagnosis)["equivariance"]["exact"]["max_rel"] >= 0
 
 
 def test_an_error_hydra_wrapped_is_shown_as_its_own_message():

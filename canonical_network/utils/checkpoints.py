@@ -544,13 +544,41 @@ def load_weights(model: torch.nn.Module, checkpoint: dict[str, Any], path: str |
         raise ValueError(f"ckpt_path={str(path)!r}: its weights do not fit {mismatch}: {error}") from None
 
 
+#: Components that read pretrained weights when built, by ``_target_``: a model rebuilt from a checkpoint is
+#: built without them (:func:`without_pretrained_weights`; the checkpoint's state dict replaces every weight),
+#: so the weights file need not exist on the machine that reads the checkpoint.
+PRETRAINED_WEIGHTS_TARGETS = ("canonical_network.prediction.torchvision_backbones.TorchvisionBackbone",)
+
+
+def without_pretrained_weights(model: DictConfig) -> DictConfig:
+    """A copy of the model config that builds the same network without reading pretrained weights: each
+    :data:`PRETRAINED_WEIGHTS_TARGETS` node gets ``weights: null`` (and no download), its ``normalize: auto``
+    first resolved as the run resolved it (``imagenet`` when it loaded weights, else ``none``). The checkpoint's
+    state dict then sets every weight, as it would have replaced the pretrained ones."""
+
+    def rebuilt(node: Any) -> Any:
+        if isinstance(node, list):
+            return [rebuilt(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        node = {key: rebuilt(value) for key, value in node.items()}
+        if node.get("_target_") in PRETRAINED_WEIGHTS_TARGETS and node.get("weights") is not None:
+            if node.get("normalize", "auto") == "auto":
+                node["normalize"] = "imagenet"
+            node["weights"], node["download_weights"] = None, False
+        return node
+
+    return OmegaConf.create(rebuilt(OmegaConf.to_container(model, resolve=True)))
+
+
 def model_from_checkpoint(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = (),
                           trusted_targets: tuple[str, ...] | list[str] = ()) -> torch.nn.Module:
     """The LightningModule of the run that wrote ``path``, with its trained weights, in eval mode.
 
     Rebuilt from the checkpoint alone: the run config it carries (:func:`run_config_from_checkpoint`),
     ``overrides`` applied (``key=value`` dotted keys, e.g. ``["model.orbit_rotations=8"]``; only the task's
-    evaluation options may change the model, see :func:`refused_override`), then the weights (strict). The
+    evaluation options may change the model, see :func:`refused_override`), then the weights (strict;
+    pretrained weights the run started from are not read again: :func:`without_pretrained_weights`). The
     stored config may build only the package's own components (:func:`check_targets`), plus
     ``trusted_targets``, those of your own code that you name. E.g.::
 
@@ -575,7 +603,7 @@ def model_from_checkpoint(path: str | os.PathLike, overrides: list[str] | tuple[
     use_training_free_canonicalizer(config)
     use_symmetrization(config)
     check_architecture_unchanged(stored, config)
-    model = hydra.utils.instantiate(config.model)
+    model = hydra.utils.instantiate(without_pretrained_weights(config.model))  # its weights: the checkpoint's
     load_weights(model, checkpoint, path)
     model.run_config = OmegaConf.to_container(config, resolve=True)
     return model.eval()
