@@ -6,6 +6,9 @@ copies them into ``canonical_network/configs/``, from where an installed ``cn-tr
 ``canonical_network.configs`` package mapped onto ``configs/`` (``package-dir``): that needs every package
 listed by hand and makes setuptools warn once per config folder. ``configs/local/`` (git-ignored site
 settings: Slurm account, W&B entity) is never shipped. An editable install reads ``configs/`` in place.
+
+``data/README.md`` (how to get the real datasets by hand) ships as ``canonical_network/data/README.md``, so that
+the data modules' error messages can name a file an installed wheel has (``data.sources.data_readme``).
 """
 
 from pathlib import Path
@@ -18,6 +21,8 @@ CONFIGS = Path(__file__).resolve().parent / "configs"
 TARGET = Path("canonical_network") / "configs"
 #: config folders that are one machine's, not the project's
 LOCAL = {"local"}
+#: single files of the checkout a wheel carries: source (relative to the checkout) -> place in the wheel
+SHIPPED_FILES = {Path("data") / "README.md": Path("canonical_network") / "data" / "README.md"}
 
 
 def shipped_configs() -> list[Path]:
@@ -35,12 +40,15 @@ class BuildPyWithConfigs(build_py):
             target = Path(self.build_lib) / TARGET / relative
             self.mkpath(str(target.parent))
             self.copy_file(str(CONFIGS / relative), str(target))
+        for source, target in SHIPPED_FILES.items():
+            self.copy_file(str(CONFIGS.parent / source), str(Path(self.build_lib) / target))
 
     def get_outputs(self, include_bytecode=True):
         outputs = super().get_outputs(include_bytecode)
         if self.editable_mode:
             return outputs
-        return outputs + [str(Path(self.build_lib) / TARGET / relative) for relative in shipped_configs()]
+        return (outputs + [str(Path(self.build_lib) / TARGET / relative) for relative in shipped_configs()]
+                + [str(Path(self.build_lib) / target) for target in SHIPPED_FILES.values()])
 
 
 setup(cmdclass={"build_py": BuildPyWithConfigs})

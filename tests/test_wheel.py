@@ -19,7 +19,8 @@ from canonical_network.utils.config import CHECKOUT_ROOT
 
 REPO = Path(__file__).resolve().parents[1]
 #: what a wheel is built from (pyproject.toml names the rest: README.md as the long description)
-SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "canonical_network", "hydra_plugins", "configs")
+SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "canonical_network", "hydra_plugins", "configs",
+           "data/README.md")
 #: data a user-written experiment file adds through ``hydra.searchpath``
 USER_EXPERIMENT = """\
 # @package _global_
@@ -53,6 +54,7 @@ def wheel(tmp_path_factory) -> Path:
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, source / name, ignore=ignore)
         else:
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, source / name)
     local = source / "configs" / "local"
     shutil.rmtree(local, ignore_errors=True)
@@ -81,6 +83,9 @@ def test_the_wheel_carries_the_configs_and_the_package_data(wheel):
     assert not missing, f"package files missing from the wheel: {missing}"
     for data in ("paper_results.json", "paper_claims.yaml", "paper_inference.json"):
         assert f"canonical_network/{data}" in names
+    # the datasets' manual route, which the data modules' errors name (a wheel has no data/ of its own)
+    shipped = zipfile.ZipFile(wheel).read("canonical_network/data/README.md").decode()
+    assert shipped == (REPO / "data" / "README.md").read_text()
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
     for command in ("cn-train", "cn-evaluate", "cn-diagnose", "cn-download"):
@@ -97,6 +102,9 @@ def test_in_the_checkout_the_configs_and_outputs_are_the_checkouts():
     assert CHECKOUT_ROOT == REPO
     assert config.CONFIG_DIR == REPO / "configs" and config.PROJECT_ROOT == REPO
     assert config.compose_experiment(["experiment=rotmnist/cnn"]).paths.data_dir == str(REPO / "data")
+    from canonical_network.data.sources import data_readme
+
+    assert data_readme() == "data/README.md" and (REPO / data_readme()).is_file()  # what the data errors name
 
 
 def test_a_folder_is_a_checkout_only_with_its_configs_beside_its_pyproject(tmp_path):
@@ -122,7 +130,9 @@ try:
 except SystemExit as exit:
     typo = str(exit)
 c.check_experiment_names(["hydra.searchpath=[file://my_configs]", "experiment=mine/tiny"])
+from canonical_network.data.sources import data_readme
 print(json.dumps({
+    "data_readme": data_readme(),
     "package": canonical_network.__file__, "checkout": c.CHECKOUT_ROOT and str(c.CHECKOUT_ROOT),
     "config_dir": str(c.CONFIG_DIR), "project_root": str(c.PROJECT_ROOT),
     "data_dir": cfg.paths.data_dir, "log_dir": cfg.paths.log_dir,
@@ -153,6 +163,7 @@ def test_an_installed_package_composes_its_own_configs_and_writes_into_the_worki
     assert seen["data_dir"] == str(work.resolve() / "data") and seen["log_dir"] == str(work.resolve() / "outputs")
     assert "rotmnist/cnn" in seen["experiments"] and "mine/tiny" in seen["experiments"] and seen["complete"]
     assert seen["mine"] == ["mine/tiny", 16]
+    assert seen["data_readme"] == str(site / "canonical_network" / "data" / "README.md")  # a file it has
     assert "experiment=mine/tinny does not exist" in seen["typo"] and "Did you mean: mine/tiny?" in seen["typo"]
 
 

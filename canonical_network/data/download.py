@@ -55,7 +55,7 @@ from urllib.error import HTTPError, URLError
 from urllib.parse import quote
 from urllib.request import Request, urlopen
 
-from canonical_network.data.sources import SOURCES, DatasetSource, get_source
+from canonical_network.data.sources import SOURCES, DatasetSource, data_readme, get_source
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,6 @@ TIMEOUT_S = 60.0
 #: Transfers of one URL (the first plus resumptions) before moving on to the next URL.
 MAX_ATTEMPTS_PER_URL = 4
 _CHUNK = 1 << 20
-_README = "data/README.md"
 
 
 class DownloadError(RuntimeError):
@@ -167,7 +166,7 @@ def manual_steps(spec: DatasetSource, target: Path) -> str:
     else:
         check = "check that `unzip -t` reports no errors"
     return (
-        f"Manual route ({_README}): on a machine with internet access, download {spec.archive} from one of "
+        f"Manual route ({data_readme()}): on a machine with internet access, download {spec.archive} from one of "
         f"{', '.join(spec.urls)}; {check}; then either put it in a folder and run "
         f"`python -m canonical_network.data.download {spec.name} --root {target.parent} "
         f"--mirror file:///<that folder>` (an HTTP(S) URL of a folder holding it works too), or unzip it into "
@@ -503,7 +502,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m canonical_network.data.download",
         description="Download, verify and unpack a dataset where its DataModule reads it "
-        f"(sources and checksums: canonical_network/data/sources.py, {_README}).",
+        f"(sources and checksums: canonical_network/data/sources.py, {data_readme()}).",
     )
     parser.add_argument("name", choices=[*SOURCES, "all"], help="dataset (the data config's name), or all")
     parser.add_argument("--root", default=None, type=Path,

@@ -29,6 +29,7 @@ from canonical_network.data.pointclouds import (
     seeded_generator,
     split_item,
 )
+from canonical_network.data.sources import data_readme
 from canonical_network.utils.checks import check_bool, check_choice, check_int
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,7 @@ class ModelNet40DataModule(DownloadableDataModule, PointCloudDataModule):
                 "https://shapenet.cs.stanford.edu/media/modelnet40_ply_hdf5_2048.zip) on a machine with "
                 f"internet access and unzip it so that train_files.txt, test_files.txt and the ply_data_*.h5 "
                 f"files lie in {self.data_dir}/ or {self.data_dir}/{MODELNET_ZIP_FOLDER}/ "
-                "(see data/README.md); "
+                f"(see {data_readme()}); "
                 f"or use the embedded dataset: data=synthetic_shapes. {self.download_hint()}."
             )
         return files
@@ -192,7 +193,7 @@ class ModelNet40DataModule(DownloadableDataModule, PointCloudDataModule):
             raise PointCloudDataError(
                 f"{path}: not a readable ModelNet40 HDF5 file with datasets 'data' and 'label' "
                 f"({type(e).__name__}: {e}). Replace it with the file of the same name from "
-                "modelnet40_ply_hdf5_2048.zip (see data/README.md)."
+                f"modelnet40_ply_hdf5_2048.zip (see {data_readme()})."
             ) from e
         if (
             points.ndim != 3
@@ -202,7 +203,7 @@ class ModelNet40DataModule(DownloadableDataModule, PointCloudDataModule):
             raise PointCloudDataError(
                 f"{path}: expected 'data' (N, {MODELNET_POINTS_PER_SHAPE}, 3) and 'label' (N, 1); got "
                 f"{points.shape} and {len(labels)} labels. Replace it with the file from "
-                "modelnet40_ply_hdf5_2048.zip (see data/README.md)."
+                f"modelnet40_ply_hdf5_2048.zip (see {data_readme()})."
             )
         if len(labels) and (labels.min() < 0 or labels.max() >= MODELNET_NUM_CLASSES):
             raise PointCloudDataError(

@@ -24,6 +24,7 @@ from torch.utils.data import TensorDataset
 from canonical_network.data.base import SplitDataModule
 from canonical_network.data.cache import SourceCache
 from canonical_network.data.download import DownloadableDataModule
+from canonical_network.data.sources import data_readme
 from canonical_network.groups.image import rotate_deg
 from canonical_network.utils.checks import check_bool, check_choice, check_int
 
@@ -185,7 +186,7 @@ AMAT_CLASSES = 10
 _PIXEL_TOLERANCE = 1e-6
 # Version of the parsed cache (<name>.npz beside each .amat): bump when parsing or checks change.
 _AMAT_CACHE_FORMAT = 1
-_REPLACE = "Replace it with the file of the same name from mnist_rotation_new.zip (see data/README.md)."
+_REPLACE = f"Replace it with the file of the same name from mnist_rotation_new.zip (see {data_readme()})."
 
 
 def _row_problem(tokens: list[bytes]) -> str | None:
@@ -330,7 +331,7 @@ class RotatedMNISTDataModule(DownloadableDataModule, ImageDataModule):
             raise FileNotFoundError(
                 f"Rotated MNIST (MNIST-rot) files not found: {', '.join(missing)} in {self.data_dir.resolve()}. "
                 "Download mnist_rotation_new.zip (Larochelle et al. 2007) on a machine with internet access, "
-                f"unzip it and place both .amat files in {self.data_dir}/ (see data/README.md), or use the "
+                f"unzip it and place both .amat files in {self.data_dir}/ (see {data_readme()}), or use the "
                 f"embedded dataset: data=rotated_mnist_5k. {self.download_hint()}."
             )
 

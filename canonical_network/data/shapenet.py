@@ -32,6 +32,7 @@ from canonical_network.data.pointclouds import (
     seeded_generator,
     split_item,
 )
+from canonical_network.data.sources import data_readme
 from canonical_network.utils.checks import check_bool, check_choice, check_int
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ _HOW_TO_GET = (
     "on a machine with internet access and unzip it so that synsetoffset2category.txt, train_test_split/ and "
     "the <synset>/ folders lie in {data_dir}/ or {data_dir}/"
     + SHAPENET_ZIP_FOLDER
-    + "/ (see data/README.md); "
+    + "/ (see {readme}); "
     "or use the embedded dataset: data=synthetic_shapes with task=segmentation."
 )
 
@@ -220,7 +221,7 @@ class ShapeNetPartDataModule(DownloadableDataModule, PointCloudDataModule):
         shown = missing if len(missing) <= 10 else missing[:10] + [f"... ({len(missing) - 10} more)"]
         return FileNotFoundError(
             f"ShapeNet-part files not found in {root.resolve()}: {', '.join(shown)}. "
-            + _HOW_TO_GET.format(data_dir=self.data_dir)
+            + _HOW_TO_GET.format(data_dir=self.data_dir, readme=data_readme())
             + f" {self.download_hint()}."
         )
 
@@ -236,7 +237,7 @@ class ShapeNetPartDataModule(DownloadableDataModule, PointCloudDataModule):
                 raise PointCloudDataError(
                     f"{path}: expected lines '<category> <synset>' with a category among "
                     f"{list(SHAPENET_CATEGORIES)}; "
-                    f"got {line!r}. " + _HOW_TO_GET.format(data_dir=self.data_dir)
+                    f"got {line!r}. " + _HOW_TO_GET.format(data_dir=self.data_dir, readme=data_readme())
                 )
             synsets[fields[1]] = SHAPENET_CATEGORIES.index(fields[0])
         return synsets
@@ -250,7 +251,7 @@ class ShapeNetPartDataModule(DownloadableDataModule, PointCloudDataModule):
         except (ValueError, TypeError) as e:
             raise PointCloudDataError(
                 f"{path}: not a JSON list of 'shape_data/<synset>/<token>' entries ({e}). "
-                + _HOW_TO_GET.format(data_dir=self.data_dir)
+                + _HOW_TO_GET.format(data_dir=self.data_dir, readme=data_readme())
             ) from e
 
     def check_files(self, splits: tuple[str, ...] = SHAPENET_SPLITS) -> dict[str, list[str]]:
@@ -336,7 +337,7 @@ class ShapeNetPartDataModule(DownloadableDataModule, PointCloudDataModule):
                 "ShapeNet-part files are corrupt:\n  "
                 + "\n  ".join(shown)
                 + "\nReplace them: "
-                + _HOW_TO_GET.format(data_dir=self.data_dir)
+                + _HOW_TO_GET.format(data_dir=self.data_dir, readme=data_readme())
             )
         return {
             "points": np.concatenate(points) if points else np.zeros((0, 3), np.float32),

@@ -15,6 +15,18 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from pathlib import Path
+
+#: The copy of the checkout's ``data/README.md`` (the manual route, the URLs and checksums) that a wheel ships
+#: beside this module (setup.py); an editable install or a checkout has none there.
+_SHIPPED_README = Path(__file__).with_name("README.md")
+
+
+def data_readme() -> str:
+    """Where the datasets' instructions are, as an error message names them: ``data/README.md`` in a checkout,
+    else the full path of the copy an installed wheel carries (a wheel has no ``data/`` folder of its own)."""
+    return str(_SHIPPED_README) if _SHIPPED_README.is_file() else "data/README.md"
+
 
 #: Digest algorithms a checksum may use (hashlib names).
 CHECKSUM_ALGORITHMS = ("sha256", "md5")
