@@ -47,6 +47,7 @@ from canonical_network.utils.runs import (
     SETUP_FILES,
     build_trainer,
     building_error,
+    check_monitors,
     code_version,
     command_overrides,
     finish,
@@ -262,6 +263,7 @@ def _run(cfg: DictConfig) -> RunResults:
         model = hydra.utils.instantiate(cfg.model)
         model.run_config = config  # stored in every checkpoint: `evaluate` rebuilds the model from it alone
         callbacks = instantiate_callbacks(cfg)
+        check_monitors(model, callbacks)
         loggers = instantiate_loggers(cfg, output_dir)
         trainer = build_trainer(cfg, output_dir, callbacks, loggers)
     except Exception as error:

@@ -39,6 +39,8 @@ def test_experiment_composes_and_instantiates(experiment, tmp_path):
     model = hydra.utils.instantiate(cfg.model)
     assert isinstance(model, LightningModule) and isinstance(model.network, CanonicalizedModel)
     assert isinstance(hydra.utils.instantiate(cfg.trainer), Trainer)
+    # the metric the row's checkpoint and early stopping follow is one the task logs in validation
+    assert cfg.optimized_metric.startswith("val/") and cfg.optimized_metric in model.monitorable_metrics()
 
 
 def test_experiment_files_hold_only_differences():

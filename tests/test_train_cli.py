@@ -7,7 +7,9 @@ import re
 import subprocess
 import sys
 
+import hydra
 import pytest
+from lightning import Trainer
 
 from canonical_network.records import RESULTS_FILE, read_results, record_path
 from canonical_network.train import run
@@ -117,6 +119,40 @@ def test_test_ckpt_chooses_best_or_final_weights(tmp_path):
     assert last["checkpoint"] == "final weights" and "test/error" in last["metrics"]
     with pytest.raises(ValueError, match=r"test_ckpt must be one of \['best', 'last'\]; got 'final'"):
         run(shrink(compose_config(["experiment=rotmnist/cnn", "test_ckpt=final"], tmp_path / "bad")))
+
+
+@pytest.mark.parametrize("metric", ["val/ac", "val/mse"])  # a typo; another task's metric (N-body)
+def test_a_metric_the_task_never_logs_is_refused_before_training(tmp_path, metric):
+    """Lightning lets a checkpoint callback or early stopping monitor a name nobody logs: the run used to
+    complete, tested on its final weights with no best epoch (``best_val`` empty), recorded ``completed``."""
+    run_dir = tmp_path / metric.replace("/", "-")
+    cfg = shrink(compose_config(["experiment=rotmnist/cnn", f"optimized_metric={metric}"], run_dir))
+    with pytest.raises(ConfigError, match=rf"monitors '{metric}'.*ImageClassificationTask never logs; valid "
+                                          r"choices: \[.*'val/acc'"):
+        run(cfg)
+    assert not (run_dir / RESULTS_FILE).exists() and not (run_dir / "checkpoints").exists()
+
+
+def test_every_name_a_task_logs_in_validation_is_monitorable(tmp_path):
+    """What ``monitorable_metrics`` lists is what one validation epoch logs (part segmentation's figures
+    included), so the check above refuses no metric that is really there."""
+    from lightning.pytorch.callbacks import Callback
+
+    class Seen(Callback):
+        def on_validation_end(self, trainer, pl_module):
+            self.names = set(trainer.callback_metrics)
+
+    for experiment in ("shapenet/pointnet", "rotmnist/cnn"):
+        cfg = shrink(compose_config([f"experiment={experiment}"], tmp_path / experiment.replace("/", "-")))
+        model, datamodule = hydra.utils.instantiate(cfg.model), hydra.utils.instantiate(cfg.data)
+        seen = Seen()
+        trainer = Trainer(accelerator="cpu", max_epochs=1, limit_train_batches=1, limit_val_batches=1, logger=False,
+                          enable_checkpointing=False, enable_progress_bar=False, callbacks=[seen],
+                          default_root_dir=tmp_path)
+        trainer.fit(model, datamodule=datamodule)
+        logged = {name for name in seen.names if name.startswith(("train/", "val/"))}
+        assert logged and logged <= model.monitorable_metrics(), logged - model.monitorable_metrics()
+        assert {name for name in model.monitorable_metrics() if name.startswith("val/")} <= logged
 
 
 @pytest.mark.parametrize(("override", "message"), [

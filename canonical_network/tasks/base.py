@@ -103,6 +103,22 @@ class CanonicalizedTask(LightningModule):
         """``{name: metric}`` of one split."""
         return {key.split("/", 1)[1]: metric for key, metric in self.metrics.items() if key.startswith(f"{split}/")}
 
+    def monitorable_metrics(self) -> frozenset[str]:
+        """Every name this task logs in training and validation: what a callback's ``monitor`` (and
+        ``optimized_metric``) may name. Training logs its loss per step and per epoch (``train/loss``,
+        ``train/loss_step``, ``train/loss_epoch``; the same for ``train/prior_loss``) and its ``train`` metrics;
+        validation logs ``val/identity_rate``, ``val/loss`` unless :attr:`log_eval_loss` is off, and its
+        ``val`` metrics (a :class:`FigureDict`'s under each of its ``names``)."""
+        names = {f"train/{loss}{suffix}" for loss in ("loss", "prior_loss") for suffix in ("", "_step", "_epoch")}
+        names.add("val/identity_rate")
+        if self.log_eval_loss:
+            names.add("val/loss")
+        for split in ("train", "val"):
+            for name, metric in self.split_metrics(split).items():
+                figures = metric.names if isinstance(metric, FigureDict) else (name,)
+                names.update(f"{split}/{figure}" for figure in figures)
+        return frozenset(names)
+
     def split_batch(self, batch: Any) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         """``(inputs, target)`` of a batch ``(*inputs, target)``."""
         *inputs, target = batch

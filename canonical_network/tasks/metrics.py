@@ -115,6 +115,9 @@ class FigureDict(Metric):
     ``{split}/{name}`` (:meth:`~canonical_network.tasks.base.CanonicalizedTask.log_figures`) and resets them.
     """
 
+    #: the names ``compute`` returns (what a callback may monitor, ``CanonicalizedTask.monitorable_metrics``)
+    names: tuple[str, ...] = ()
+
     def compute(self) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
@@ -135,6 +138,7 @@ class PartSegmentationMIoU(FigureDict):
     full_state_update = False
     higher_is_better = True
     is_differentiable = False
+    names = ("instance_miou", "class_miou")
 
     def __init__(
         self,

@@ -28,6 +28,7 @@ from canonical_network.records import (
     path_from_record,
     write_results,
 )
+from canonical_network.utils.checks import ConfigError
 from canonical_network.utils.config import CHECKOUT_ROOT, PROJECT_ROOT
 
 #: The lock ``train`` holds on its run folder (``train.run_folder_lock``).
@@ -165,6 +166,23 @@ def instantiate_callbacks(cfg: DictConfig) -> list:
         hydra.utils.instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()
         if cb and "_target_" in cb and not (no_bar and str(cb["_target_"]).endswith("ProgressBar"))
     ]
+
+
+def check_monitors(model: Any, callbacks: list) -> None:
+    """Refuse a callback that monitors a name the task never logs (a typo in ``optimized_metric``, or a metric
+    of another task: ``val/acc`` for N-body). Lightning would not stop such a run: its checkpoint callback then
+    keeps no best epoch, early stopping never triggers, and the run completes, tested on its final weights, as
+    if nothing were wrong. Models without ``monitorable_metrics`` (not a task of this package) are not checked."""
+    names = getattr(model, "monitorable_metrics", None)
+    if names is None:
+        return
+    names = names()
+    for callback in callbacks:
+        monitor = getattr(callback, "monitor", None)
+        if monitor is not None and monitor not in names:
+            raise ConfigError(
+                f"{type(callback).__name__} monitors {monitor!r} (optimized_metric, unless the callback's own "
+                f"monitor was set), which {type(model).__name__} never logs; valid choices: {sorted(names)}")
 
 
 def trainer_plugins() -> list:
