@@ -28,7 +28,9 @@ A block sits between ``<!-- generated:<name> -->`` and ``<!-- /generated:<name> 
   ``docs/benchmarks/compile_nbody.json``;
 * ``shapes40-difficulty``: how hard the embedded point-cloud sets are for a non-learned z-invariant descriptor,
   beside DGCNN's runs (``docs/measurements.md``), from the record ``scripts/shapes40_difficulty.py`` wrote to
-  ``docs/benchmarks/shapes40_difficulty.json``.
+  ``docs/benchmarks/shapes40_difficulty.json``;
+* ``run-costs``: what the committed runs of each table row cost (``docs/measurements.md``), from their records in
+  ``docs/reproduction/runs/`` (``scripts/collect_runs.py`` puts them there).
 """
 
 from __future__ import annotations
@@ -480,6 +482,65 @@ def shapes40_difficulty(path: Path = SHAPES40_DIFFICULTY, knobs: list[Path] | No
     return lines
 
 
+#: the committed run records the ``run-costs`` block summarises (``scripts/collect_runs.py`` copies them there)
+RUN_RECORDS = PROJECT_ROOT / "docs" / "reproduction" / "runs"
+#: the record folders that hold a table's own rows (``<family>/<row>/<setting>/seed<k>`` or ``<family>/<row>/seed<k>``),
+#: not its ablations: the epoch budgets of N-body, the point-cloud budgets (all three rotation settings together)
+_TABLE_SETTINGS = re.compile(r"^(|ep\d+|no_early_stop|(s40_)?pts\d+)$")
+
+
+def _duration(seconds: float) -> str:
+    """``"45 s"``, ``"12.5 min"`` or ``"2.4 h"``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def _span(values: list[float]) -> str:
+    """``"12.5 min"`` or ``"12.5 min – 14.0 min"``: the range of some durations."""
+    low, high = _duration(min(values)), _duration(max(values))
+    return low if low == high else f"{low} – {high}"
+
+
+def run_costs(root: Path = RUN_RECORDS) -> list[str]:
+    """What the committed runs of each table row cost, by device: runs, epochs, fitting time per epoch and in all,
+    and wall time, from every completed ``results.json`` under ``root`` (ablations left out)."""
+    groups: dict[tuple, list[dict]] = {}
+    for path in sorted(root.glob("**/results.json")):
+        parts = path.relative_to(root).parts  # family, row, [setting,] seed<k>, results.json
+        setting = parts[2] if len(parts) == 5 else ""
+        setting = re.sub(r"_(z|so3)_(z|so3)$", "", setting)  # pts256_z_so3 -> pts256: the rotations together
+        record = json.loads(path.read_text())
+        if record.get("status") != "completed" or not _TABLE_SETTINGS.match(setting) or not record.get("epochs"):
+            continue
+        device = (record.get("environment") or {}).get("device", "?")
+        groups.setdefault((record["experiment"], setting, device), []).append(record)
+    lines = ["| experiment | setting | device | runs | epochs run | fitting, per epoch (median) | fitting, whole run "
+             "| wall time, whole run (runs never resumed) |",
+             "|---|---|---|---:|---|---:|---|---|"]
+    for (experiment, setting, device), records in sorted(groups.items()):
+        epochs = [r["epochs"] for r in records]
+        timed = [r for r in records if r.get("fit_time_s")]  # the oldest records have no fitting time
+        fits = [r["fit_time_s"] for r in timed]
+        per_epoch = sorted(r["fit_time_s"] / r["epochs"] for r in timed)
+        median = (per_epoch[(len(per_epoch) - 1) // 2] + per_epoch[len(per_epoch) // 2]) / 2 if timed else None
+        walls = [r["wall_time_s"] for r in records if not r.get("resumed_from")]
+        epoch_span = str(min(epochs)) if min(epochs) == max(epochs) else f"{min(epochs)}–{max(epochs)}"
+        fit_cells = (f"{median:.1f} s | {_span(fits)}" + ("" if len(timed) == len(records) else f" ({len(timed)} "
+                     "of the runs)")) if timed else "– | –"
+        lines.append(f"| `{experiment}` | {setting or '–'} | {device} | {len(records)} | {epoch_span} "
+                     f"| {fit_cells} | {_span(walls) if walls else '–'} |")
+    lines += ["", "From every completed record under `docs/reproduction/runs/` whose folder is a table's own setting "
+                  "(`<family>/<row>/[<setting>/]seed<k>`: no setting, `ep<N>`, `no_early_stop` or `pts<N>` with "
+                  "its three rotation settings together; ablation folders left out): `fit_time_s` (fitting, summed "
+                  "over a run's resumes; per epoch: over the epochs it ran, Lightning's sanity validation "
+                  "included) and `wall_time_s` (the whole command: building, fitting and testing; only runs that "
+                  "never resumed, since a resumed run's wall time is its last part's). The machines and how many "
+                  "runs shared them differ between records (each record's `environment`; the CPU runs used one "
+                  "thread, mostly two at once on 2 cores): ranges, not benchmarks."]
+    return lines
+
+
 GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups, "experiments": experiments,
                                                    "paper-rows": paper_rows, "api-example": api_example,
                                                    "permutation-cost": permutation_cost, "protocol-cost": protocol_cost,
@@ -488,7 +549,8 @@ GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups
                                                    "symmetrization-cost": symmetrization_cost,
                                                    "compile-nbody": compile_nbody,
                                                    "tensor-field-step": tensor_field_step,
-                                                   "shapes40-difficulty": shapes40_difficulty}
+                                                   "shapes40-difficulty": shapes40_difficulty,
+                                                   "run-costs": run_costs}
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 

@@ -173,3 +173,34 @@ def test_the_python_examples_run_as_written(page):
 
 def test_the_readme_fits_on_a_few_screens():
     assert len((PROJECT_ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+def test_run_costs_summarise_a_rows_records_and_leave_out_ablations_and_failures(tmp_path):
+    """The ``run-costs`` block: one line per row, setting (rotations together) and device; per-epoch fitting time
+    is the median over runs; wall time only from runs never resumed; failed runs and ablation folders left out."""
+    import json
+
+    from canonical_network.docs_blocks import run_costs
+
+    def record(folder: str, epochs: int, fit: float, wall: float, status: str = "completed", resumed=None,
+               device: str = "CPU") -> None:
+        path = tmp_path / folder / "results.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"experiment": "/".join(folder.split("/")[:2]), "status": status,
+                                    "epochs": epochs, "fit_time_s": fit, "wall_time_s": wall,
+                                    "resumed_from": resumed, "environment": {"device": device}}))
+
+    record("modelnet/dgcnn/pts256_z_z/seed0", 5, 1000.0, 1100.0)
+    record("modelnet/dgcnn/pts256_z_so3/seed0", 5, 1500.0, 1600.0)
+    record("modelnet/dgcnn/pts256_so3_so3/seed0", 5, 2000.0, 9000.0, resumed="checkpoints/last.ckpt")
+    record("modelnet/dgcnn/pts256_z_z/seed1", 5, 50.0, 60.0, device="GPU X")
+    record("modelnet/dgcnn/pts256_z_z/seed2", 5, 1.0, 1.0, status="failed")
+    record("nbody/gnn/lr5e-4/seed0", 100, 10.0, 20.0)  # an ablation
+    record("nbody/gnn/ep10000/seed0", 4000, 3600.0, 3700.0)
+    lines = run_costs(tmp_path)
+    rows = [line for line in lines if line.startswith("| `")]
+    assert rows == [
+        "| `modelnet/dgcnn` | pts256 | CPU | 3 | 5 | 300.0 s | 16.7 min – 33.3 min | 18.3 min – 26.7 min |",
+        "| `modelnet/dgcnn` | pts256 | GPU X | 1 | 5 | 10.0 s | 50 s | 60 s |",
+        "| `nbody/gnn` | ep10000 | CPU | 1 | 4000 | 0.9 s | 60.0 min | 61.7 min |",
+    ]
