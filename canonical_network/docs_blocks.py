@@ -29,6 +29,8 @@ A block sits between ``<!-- generated:<name> -->`` and ``<!-- /generated:<name> 
 * ``shapes40-difficulty``: how hard the embedded point-cloud sets are for a non-learned z-invariant descriptor,
   beside DGCNN's runs (``docs/measurements.md``), from the record ``scripts/shapes40_difficulty.py`` wrote to
   ``docs/benchmarks/shapes40_difficulty.json``;
+* ``authors-nbody``: the authors' N-body code run on our data (``docs/nbody.md``), from its per-epoch logs in
+  ``docs/reproduction/reference/authors-nbody/``;
 * ``run-costs``: what the committed runs of each table row cost (``docs/measurements.md``), from their records in
   ``docs/reproduction/runs/`` (``scripts/collect_runs.py`` puts them there).
 """
@@ -541,6 +543,32 @@ def run_costs(root: Path = RUN_RECORDS) -> list[str]:
     return lines
 
 
+#: per-epoch logs of the authors' N-body code run on our data (``docs/reproduction/reference/authors-nbody/``)
+AUTHORS_NBODY = PROJECT_ROOT / "docs" / "reproduction" / "reference" / "authors-nbody"
+#: what each of those logs ran, in words
+_AUTHORS_NBODY_RUNS = {"authors_defaults_gnn32_seed0.csv": "their committed defaults (GNN hidden 32), seed 0",
+                       "authors_gnn64_seed0.csv": "GNN hidden 64 (our predictor's size), seed 0"}
+
+
+def authors_nbody(folder: Path = AUTHORS_NBODY) -> list[str]:
+    """The authors' N-body code on our data: per logged run, its epochs, best validation epoch and MSE, and the
+    test MSE at that epoch (their code never tests; the run logged the test split every epoch)."""
+    import csv
+
+    lines = ["| run of the authors' code | epochs | best validation epoch (1-based) | validation MSE there "
+             "| test MSE there |", "|---|---:|---:|---:|---:|"]
+    for name, what in _AUTHORS_NBODY_RUNS.items():
+        with open(folder / name, newline="") as stream:
+            rows = list(csv.DictReader(stream))
+        best = min(rows, key=lambda row: float(row["valid_loss"]))  # the first of equal minima
+        lines.append(f"| {what} (`{name}`) | {len(rows):,} | {int(best['epoch']) + 1:,} "
+                     f"| {float(best['valid_loss']):.5f} | {float(best['test_mse']):.5f} |")
+    lines += ["", "From the per-epoch logs in `docs/reproduction/reference/authors-nbody/` (columns `epoch`, 0-based, "
+                  "`valid_loss`, `test_mse`, `lr`, `elapsed_s`; how they were made: that folder's README.md). One "
+                  "seed each: a reference level, not a distribution."]
+    return lines
+
+
 GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups, "experiments": experiments,
                                                    "paper-rows": paper_rows, "api-example": api_example,
                                                    "permutation-cost": permutation_cost, "protocol-cost": protocol_cost,
@@ -550,7 +578,7 @@ GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups
                                                    "compile-nbody": compile_nbody,
                                                    "tensor-field-step": tensor_field_step,
                                                    "shapes40-difficulty": shapes40_difficulty,
-                                                   "run-costs": run_costs}
+                                                   "run-costs": run_costs, "authors-nbody": authors_nbody}
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 

@@ -297,7 +297,7 @@ case "${1:-}" in
     # the augmented GNN trains at the GNN row's lr (5e-4), CN-GNN's rows at 1e-3: the turned row at the GNN's
     run lr5e-4 0 nbody/cn_gnn_turned -- trainer.max_epochs=1000 model.optimizer.lr=0.0005 ;;
   nbody-gap)  # issue 33: our CN-GNN (0.0070 at 1,000 epochs, n = 3) against the authors' code on the same data
-              # (0.0050-0.0058, shared/reference/authors-nbody-2026-11-28): one difference at a time, seeds 0-1,
+              # (0.0050 and 0.0058, docs/reproduction/reference/authors-nbody): one difference at a time, seeds 0-1,
               # the 1,000-epoch budget of the nbody stage; every variant keeps the canonicalizer equivariant
     # the authors' canonicalizer shape (4 layers of 16 VN channels, ours 2 x 32 from App. G.2); their
     # canonicalizer whole; the three equivariant differences together (that shape, the centred positions alone

@@ -204,3 +204,14 @@ def test_run_costs_summarise_a_rows_records_and_leave_out_ablations_and_failures
         "| `modelnet/dgcnn` | pts256 | GPU X | 1 | 5 | 10.0 s | 50 s | 60 s |",
         "| `nbody/gnn` | ep10000 | CPU | 1 | 4000 | 0.9 s | 60.0 min | 61.7 min |",
     ]
+
+
+def test_the_authors_nbody_table_reads_the_best_validation_epoch_of_each_log(tmp_path):
+    from canonical_network.docs_blocks import _AUTHORS_NBODY_RUNS, authors_nbody
+
+    for k, name in enumerate(_AUTHORS_NBODY_RUNS):  # epoch 1 (0-based) is best in the first log, epoch 2 in the second
+        valid = [0.3, 0.1, 0.2] if k == 0 else [0.3, 0.2, 0.1]
+        rows = "".join(f"{e},{v},{v / 2},0.001,{e}.0\n" for e, v in enumerate(valid))
+        (tmp_path / name).write_text("epoch,valid_loss,test_mse,lr,elapsed_s\n" + rows)
+    first, second = [line for line in authors_nbody(tmp_path) if line.startswith("| their") or line.startswith("| GNN")]
+    assert first.endswith("| 3 | 2 | 0.10000 | 0.05000 |") and second.endswith("| 3 | 3 | 0.10000 | 0.05000 |")
