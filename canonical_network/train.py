@@ -149,6 +149,46 @@ class RunFolderBusy(RuntimeError):
     """Another process is training in the same run folder."""
 
 
+#: Seconds the other ranks of a multi-process job wait for rank 0 to take the run folder's lock.
+RANK_ZERO_ADMISSION_S = 300.0
+
+
+def job_identity() -> str | None:
+    """The multi-process job this process belongs to, as the lock file names it: ``Slurm job 123 step 0 attempt
+    0`` (the attempt is ``SLURM_RESTART_COUNT``: a requeued job is another attempt), ``torchrun <run id>``, or
+    ``None`` outside such a job."""
+    env = os.environ
+    if env.get("SLURM_JOB_ID"):
+        return (f"Slurm job {env['SLURM_JOB_ID']} step {env.get('SLURM_STEP_ID', '-')} "
+                f"attempt {env.get('SLURM_RESTART_COUNT') or 0}")
+    if env.get("TORCHELASTIC_RUN_ID"):
+        return f"torchrun {env['TORCHELASTIC_RUN_ID']}"
+    return None
+
+
+def wait_for_rank_zero(output_dir: Path, rank: int, timeout: float | None = None) -> None:
+    """A rank other than 0 of a multi-process job (every rank of a multi-task Slurm job runs this command) trains
+    only once rank 0 holds the folder's lock for the same job (:func:`run_folder_lock` writes the job into the
+    lock file). Rank 0 alone checks that the folder is free; without this wait, a rank 0 refused by a busy
+    folder left the other ranks blocked in the process group's set-up for its 30-minute timeout, holding the
+    job's allocation. Raises :class:`RunFolderBusy` after ``timeout`` seconds (:data:`RANK_ZERO_ADMISSION_S`)."""
+    identity = job_identity()
+    if identity is None:
+        return
+    timeout = RANK_ZERO_ADMISSION_S if timeout is None else timeout
+    lock, deadline, said = output_dir / LOCK_FILE, time.monotonic() + timeout, ""
+    while True:
+        said = lock.read_text().strip() if lock.is_file() else ""
+        if said.endswith(f"({identity})"):
+            return
+        if time.monotonic() >= deadline:
+            raise RunFolderBusy(
+                f"rank {rank} of {identity}: rank 0 did not take the lock of run folder {output_dir} within "
+                f"{timeout:.0f} s (the lock file says: {said or 'nothing'}); rank 0 refused the run (a busy "
+                "folder) or did not start: see its log")
+        time.sleep(0.5)
+
+
 @contextmanager
 def run_folder_lock(output_dir: Path):
     """Hold an exclusive lock on ``<run dir>/.run.lock`` while a run trains in the folder.
@@ -158,7 +198,8 @@ def run_folder_lock(output_dir: Path):
     (``utils.files.exclusive_lock``) ends with its holder, however it ends: a killed run never leaves a stale one.
     """
     output_dir.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(output_dir / LOCK_FILE) as holder:
+    identity = job_identity()
+    with exclusive_lock(output_dir / LOCK_FILE, note=f" ({identity})" if identity else "") as holder:
         if holder is not None:
             raise RunFolderBusy(
                 f"run folder {output_dir} is in use by {holder}; wait for that run to end (rerunning then resumes "
@@ -238,6 +279,7 @@ def run(cfg: DictConfig) -> RunResults:
     refuse_finished(output_dir)
     check_resumed_config(cfg, output_dir)
     if rank_zero_only.rank != 0:
+        wait_for_rank_zero(output_dir, rank_zero_only.rank)
         return _run(cfg)
     with run_folder_lock(output_dir):
         refuse_finished(output_dir)  # finished while this one waited to start
@@ -339,6 +381,20 @@ def is_divergence(error: BaseException) -> bool:
     return isinstance(error, ProcessRaisedException) and "\nFloatingPointError: " in str(error)
 
 
+#: Characters of an error's text a failure record keeps.
+ERROR_TEXT_CHARS = 2000
+
+
+def _error_text(error: BaseException) -> str:
+    """``"<type>: <message>"`` for a failure record; a longer one (a worker's whole traceback, as torch's
+    ``ProcessRaisedException`` carries it) keeps its first and last lines, where the cause is."""
+    text = f"{type(error).__name__}: {error}"
+    if len(text) <= ERROR_TEXT_CHARS:
+        return text
+    half = ERROR_TEXT_CHARS // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters left out ...]\n{text[-half:]}"
+
+
 def write_failure(cfg: DictConfig, error: BaseException) -> None:
     """Keep the record of a failed attempt (``attempts/``; ``"status": "diverged"`` for a non-finite training
     loss, else ``"failed"``), and as the folder's results.json unless that holds a completed run (:func:`~canonical_network.records.write_failure_record`): a sweep's table shows the
@@ -358,7 +414,7 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
         record: RunResults = {
             "experiment": cfg.get("experiment_name"),
             "status": DIVERGED if diverged else FAILED,
-            "error": f"{type(error).__name__}: {error}"[:2000],
+            "error": _error_text(error),
             "seed": cfg.get("seed"),
             "overrides": command_overrides(),
             "metrics": {},
@@ -368,7 +424,14 @@ def write_failure(cfg: DictConfig, error: BaseException) -> None:
         if diverged:  # the worker's own message, not its whole traceback
             reason = str(error) if isinstance(error, FloatingPointError) else str(error).strip().splitlines()[-1]
             record["divergence"] = reason.removeprefix("FloatingPointError: ")[:2000]
-        write_failure_record(output_dir, record)
+        # A job refused before it took the folder's lock (a changed config, a Slurm task) must not write into a
+        # folder another run is training in: the record is then only logged. A run's own lock is released by now.
+        with exclusive_lock(output_dir / LOCK_FILE) as holder:
+            if holder is not None:
+                log.error("not recording this failure in %s, which %s is using: %s", output_dir, holder,
+                          record["error"])
+                return
+            write_failure_record(output_dir, record)
     except Exception:  # never hide the original error behind a reporting one
         log.exception("could not write the failure record")
 

@@ -132,6 +132,34 @@ def test_ddp_cpu_sigterm_stops_the_workers_then_resumes(tmp_path):
     assert record["epochs"] == 3
 
 
+@pytest.mark.slow
+def test_ddp_cpu_sigterm_to_one_worker_stops_the_run_as_stopped(tmp_path):
+    """SIGTERM to one forked worker alone (an OOM guard, a kill of one pid) stops the whole command as SIGTERM to
+    it does: exit 143, no failure record, no worker left, resumable. Before, that worker stopped alone, the
+    other's next collective failed, and the run was recorded as failed with a cut-off traceback."""
+    run_dir = tmp_path / "ddp"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    proc = subprocess.Popen(_cmd(run_dir, "trainer=ddp_cpu", "trainer.max_epochs=200"), cwd=PROJECT_ROOT,
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not last.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert last.exists() and proc.poll() is None, "the run should still be training after its first checkpoint"
+    workers = sorted(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split(),
+                     key=int)
+    assert len(workers) >= 2, workers
+    os.kill(int(workers[-1]), signal.SIGTERM)  # rank 1's process, say
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 143, stderr[-3000:]
+    for pid in workers:
+        assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower(), pid
+    assert not (run_dir / "results.json").exists() and not (run_dir / "attempts").exists()
+    resumed = subprocess.run(_cmd(run_dir, "trainer=ddp_cpu", "trainer.max_epochs=3"), cwd=PROJECT_ROOT,
+                             env=_env(), capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run_dir / "results.json").read_text())["status"] == "completed"
+
+
 def test_truncated_last_checkpoint_falls_back_to_the_newest_readable_one(tmp_path, caplog):
     from canonical_network.train import run
     from tests.helpers import compose_config, shrink

@@ -363,3 +363,63 @@ def test_a_non_finite_loss_in_a_ddp_worker_is_a_divergence(tmp_path):
     record = json.loads((tmp_path / RESULTS_FILE).read_text())
     assert record["status"] == "diverged"
     assert record["divergence"] == "training loss is nan at epoch 0, step 1: the run diverged."
+
+
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from canonical_network.utils.files import exclusive_lock
+with exclusive_lock(Path(sys.argv[1]) / '.run.lock', note=' (Slurm job 1 step 0 attempt 0)') as holder:
+    assert holder is None
+    print('held', flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_failure_is_not_recorded_in_a_folder_another_process_trains_in(tmp_path, caplog):
+    """A job refused before it took the lock (its config differs from the checkpoint's, say) used to write its
+    failure record into the folder of the run training there; it is now logged only."""
+    cfg = compose_config(ROW, tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path)], cwd=PROJECT_ROOT, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with caplog.at_level("ERROR", logger="canonical_network.train"):
+            write_failure(cfg, RuntimeError("refused"))
+        assert not (tmp_path / RESULTS_FILE).exists() and not (tmp_path / ATTEMPTS_DIR).exists()
+        assert "which process" in caplog.text and "RuntimeError: refused" in caplog.text
+    finally:
+        holder.communicate("\n", timeout=60)
+    write_failure(cfg, RuntimeError("refused"))  # the folder free again: recorded
+    assert json.loads((tmp_path / RESULTS_FILE).read_text())["error"] == "RuntimeError: refused"
+
+
+def test_a_long_error_keeps_its_last_lines(tmp_path):
+    """A worker's error carries its whole traceback, the cause at the end: the record keeps both ends."""
+    cfg = compose_config(ROW, tmp_path)
+    write_failure(cfg, RuntimeError("Traceback (most recent call last):\n" + "  a frame\n" * 500 + "KeyError: 'x'"))
+    error = json.loads((tmp_path / RESULTS_FILE).read_text())["error"]
+    assert error.startswith("RuntimeError: Traceback") and error.endswith("KeyError: 'x'")
+    assert "characters left out" in error and len(error) < 2100
+
+
+def test_other_ranks_train_only_once_rank_zero_holds_the_lock_for_their_job(tmp_path, monkeypatch):
+    """Every task of a multi-task Slurm job runs the command; rank 0 alone checks the folder. The other ranks
+    wait until the lock names their job, and give up with a clear error when rank 0 never takes it (it was
+    refused: the folder is busy), instead of blocking in the process group's set-up for 30 minutes."""
+    from canonical_network.train import RunFolderBusy, run_folder_lock, wait_for_rank_zero
+
+    for key in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_RESTART_COUNT", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    wait_for_rank_zero(tmp_path, 1, timeout=0)  # not a multi-process job: nothing to wait for
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    with pytest.raises(RunFolderBusy, match=r"rank 1 of Slurm job 1 step 0 attempt 0: rank 0 did not take the lock.*"
+                                            r"the lock file says: nothing"):
+        wait_for_rank_zero(tmp_path, 1, timeout=0)
+    with run_folder_lock(tmp_path):  # rank 0 of this job holds it: rank 1 goes on
+        assert (tmp_path / ".run.lock").read_text().strip().endswith("(Slurm job 1 step 0 attempt 0)")
+        wait_for_rank_zero(tmp_path, 1, timeout=0)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # the requeued job: the lock file names the earlier attempt
+    with pytest.raises(RunFolderBusy, match=r"attempt 1: .*the lock file says: process .*attempt 0\)"):
+        wait_for_rank_zero(tmp_path, 1, timeout=0)

@@ -56,13 +56,14 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 @contextmanager
-def exclusive_lock(path: Path | str) -> Iterator[str | None]:
+def exclusive_lock(path: Path | str, note: str = "") -> Iterator[str | None]:
     """Try to hold an exclusive POSIX lock on ``path`` (created if missing) for the ``with`` block.
 
     Yields ``None`` while this process holds it (the file then names the holder: process, host, since when),
     or, without waiting, what the file says of the process that holds it. POSIX record locks (``lockf``) are
     released by the kernel when the holder ends, however it ends, so a killed holder never leaves a stale lock;
-    they work on NFS with a lock manager, as on most Slurm clusters."""
+    they work on NFS with a lock manager, as on most Slurm clusters. ``note`` is added to what the file says of
+    the holder (the job it belongs to, ``train.run_folder_lock``)."""
     import fcntl
     import socket
     import time
@@ -78,7 +79,8 @@ def exclusive_lock(path: Path | str) -> Iterator[str | None]:
             yield handle.read().strip() or "another process"
             return
         handle.truncate(0)
-        handle.write(f"process {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        handle.write(f"process {os.getpid()} on {socket.gethostname()}, since {since}{note}\n")
         handle.flush()
         try:
             yield None

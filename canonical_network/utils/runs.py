@@ -228,10 +228,17 @@ def _sigterm_without_collective(trainer) -> None:
     """
     connector = trainer._signal_connector
     log = logging.getLogger("canonical_network.runs")
+    command = os.getpid()  # the command's own process; workers forked by trainer=ddp_cpu have other ids
 
     def notify(signum, frame) -> None:
         log.info("Received SIGTERM (%s): stopping at the next training step", signum)
-        if not connector.received_sigterm and trainer.strategy.launcher is not None:
+        if os.getpid() != command and fitted_in_workers(trainer):
+            # A forked worker signalled alone (an OOM guard, a user's kill of one pid): the command stops the
+            # whole run (forward_sigterm_to_workers), so the run ends as stopped (143, resumable), not as a
+            # crash of the other worker, whose next collective would fail. The command ignores the echo of a
+            # SIGTERM it forwarded itself.
+            os.kill(command, signum)
+        elif not connector.received_sigterm and trainer.strategy.launcher is not None:
             trainer.strategy.launcher.kill(signum)  # processes Lightning started itself, as its own handler does
         connector.received_sigterm = True
 
@@ -271,7 +278,8 @@ def forward_sigterm_to_workers(trainer):
     waited for, then raises Lightning's ``SIGTERMException`` here (``train`` exits 143, resumable).
 
     Without it this process, which Lightning gives no handler, died at once, and its workers, adopted by init,
-    trained on in the run folder after its lock was gone: a rerun to resume would race them.
+    trained on in the run folder after its lock was gone: a rerun to resume would race them. A SIGTERM that
+    reaches one worker alone is passed up to this process by the worker's handler, and ends the run the same way.
     """
     import signal
     from contextlib import contextmanager
@@ -282,10 +290,15 @@ def forward_sigterm_to_workers(trainer):
 
         this = os.getpid()
         previous = signal.getsignal(signal.SIGTERM)
+        stopping = False
 
         def stop(signum, frame) -> None:
+            nonlocal stopping
             if os.getpid() != this:  # a worker, which inherited this handler: Lightning's own handler acts there
                 return
+            if stopping:  # a worker's echo of the SIGTERM forwarded here (_sigterm_without_collective)
+                return
+            stopping = True
             launcher = trainer.strategy.launcher
             procs = list(getattr(launcher, "procs", []) or [])
             launcher.kill(signum)
