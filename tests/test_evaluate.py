@@ -341,8 +341,7 @@ def test_a_pretrained_backbone_is_rebuilt_without_its_weights_file(tmp_path):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from canonical_network.utils.checkpoints import without_pretrained_weights
-    from canonical_network.utils.checkpoints import load_weights, run_config_entry
+    from canonical_network.utils.checkpoints import load_weights, run_config_entry, without_pretrained_weights
 
     weights = tmp_path / "resnet18.pth"
     torch.save(torchvision.models.resnet18().state_dict(), weights)
