@@ -182,10 +182,12 @@ def wait_for_rank_zero(output_dir: Path, rank: int, timeout: float | None = None
         if said.endswith(f"({identity})"):
             return
         if time.monotonic() >= deadline:
-            raise RunFolderBusy(
+            busy = RunFolderBusy(
                 f"rank {rank} of {identity}: rank 0 did not take the lock of run folder {output_dir} within "
                 f"{timeout:.0f} s (the lock file says: {said or 'nothing'}); rank 0 refused the run (a busy "
                 "folder) or did not start: see its log")
+            log.error("%s", busy)  # in this task's own log too: a multirun keeps the error in the job's result only
+            raise busy
         time.sleep(0.5)
 
 
