@@ -38,7 +38,7 @@ from canonical_network.records import (
 from canonical_network.utils.checks import ConfigError, check_bool, check_choice
 from canonical_network.utils.compile import compiled_network
 from canonical_network.utils.config import CONFIG_DIR
-from canonical_network.utils.files import exclusive_lock, new_timestamped_folder
+from canonical_network.utils.files import add_lock_note, exclusive_lock, new_timestamped_folder
 from canonical_network.utils.loggers import ResumableCSVLogger
 from canonical_network.utils.run_config import validate_run_config
 from canonical_network.utils.runs import (
@@ -168,8 +168,8 @@ def job_identity() -> str | None:
 
 def wait_for_rank_zero(output_dir: Path, rank: int, timeout: float | None = None) -> None:
     """A rank other than 0 of a multi-process job (every rank of a multi-task Slurm job runs this command) trains
-    only once rank 0 holds the folder's lock for the same job (:func:`run_folder_lock` writes the job into the
-    lock file). Rank 0 alone checks that the folder is free; without this wait, a rank 0 refused by a busy
+    only once rank 0 holds the folder's lock for the same job and has passed its admission checks (:func:`run` then
+    writes the job into the lock file, which is emptied when the lock is released). Rank 0 alone checks that the folder is free; without this wait, a rank 0 refused by a busy
     folder left the other ranks blocked in the process group's set-up for its 30-minute timeout, holding the
     job's allocation. Raises :class:`RunFolderBusy` after ``timeout`` seconds (:data:`RANK_ZERO_ADMISSION_S`)."""
     identity = job_identity()
@@ -200,8 +200,7 @@ def run_folder_lock(output_dir: Path):
     (``utils.files.exclusive_lock``) ends with its holder, however it ends: a killed run never leaves a stale one.
     """
     output_dir.mkdir(parents=True, exist_ok=True)
-    identity = job_identity()
-    with exclusive_lock(output_dir / LOCK_FILE, note=f" ({identity})" if identity else "") as holder:
+    with exclusive_lock(output_dir / LOCK_FILE) as holder:
         if holder is not None:
             raise RunFolderBusy(
                 f"run folder {output_dir} is in use by {holder}; wait for that run to end (rerunning then resumes "
@@ -289,6 +288,9 @@ def run(cfg: DictConfig) -> RunResults:
             check_start_over(cfg, output_dir)
             set_aside_previous_run(output_dir)
         save_hydra_record(cfg, output_dir)
+        identity = job_identity()
+        if identity is not None:  # admitted: the job's other ranks (wait_for_rank_zero) may start
+            add_lock_note(output_dir / LOCK_FILE, f" ({identity})")
         return _run(cfg)
 
 

@@ -369,7 +369,7 @@ HOLD_LOCK = """
 import sys, time
 from pathlib import Path
 from canonical_network.utils.files import exclusive_lock
-with exclusive_lock(Path(sys.argv[1]) / '.run.lock', note=' (Slurm job 1 step 0 attempt 0)') as holder:
+with exclusive_lock(Path(sys.argv[1]) / '.run.lock') as holder:
     assert holder is None
     print('held', flush=True)
     sys.stdin.readline()
@@ -407,7 +407,8 @@ def test_other_ranks_train_only_once_rank_zero_holds_the_lock_for_their_job(tmp_
     """Every task of a multi-task Slurm job runs the command; rank 0 alone checks the folder. The other ranks
     wait until the lock names their job, and give up with a clear error when rank 0 never takes it (it was
     refused: the folder is busy), instead of blocking in the process group's set-up for 30 minutes."""
-    from canonical_network.train import RunFolderBusy, run_folder_lock, wait_for_rank_zero
+    from canonical_network.train import RunFolderBusy, job_identity, run_folder_lock, wait_for_rank_zero
+    from canonical_network.utils.files import add_lock_note
 
     for key in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_RESTART_COUNT", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(key, raising=False)
@@ -417,9 +418,43 @@ def test_other_ranks_train_only_once_rank_zero_holds_the_lock_for_their_job(tmp_
     with pytest.raises(RunFolderBusy, match=r"rank 1 of Slurm job 1 step 0 attempt 0: rank 0 did not take the lock.*"
                                             r"the lock file says: nothing"):
         wait_for_rank_zero(tmp_path, 1, timeout=0)
-    with run_folder_lock(tmp_path):  # rank 0 of this job holds it: rank 1 goes on
-        assert (tmp_path / ".run.lock").read_text().strip().endswith("(Slurm job 1 step 0 attempt 0)")
+    lock = tmp_path / ".run.lock"
+    with run_folder_lock(tmp_path):
+        with pytest.raises(RunFolderBusy, match="the lock file says: process"):  # held, not yet admitted
+            wait_for_rank_zero(tmp_path, 1, timeout=0)
+        add_lock_note(lock, f" ({job_identity()})")  # what run() adds once rank 0 passed its checks
+        assert lock.read_text().strip().endswith("(Slurm job 1 step 0 attempt 0)")
+        wait_for_rank_zero(tmp_path, 1, timeout=0)  # rank 1 goes on
+        monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # a requeued attempt is another job
+        with pytest.raises(RunFolderBusy, match=r"attempt 1: .*the lock file says: process .*attempt 0\)"):
+            wait_for_rank_zero(tmp_path, 1, timeout=0)
+        monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    # released (rank 0 refused after taking it, or ended): what the file said is gone with the lock
+    assert lock.read_text() == ""
+    with pytest.raises(RunFolderBusy, match="the lock file says: nothing"):
         wait_for_rank_zero(tmp_path, 1, timeout=0)
-    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # the requeued job: the lock file names the earlier attempt
-    with pytest.raises(RunFolderBusy, match=r"attempt 1: .*the lock file says: process .*attempt 0\)"):
-        wait_for_rank_zero(tmp_path, 1, timeout=0)
+
+
+def test_run_admits_the_other_ranks_only_after_its_own_checks(tmp_path, monkeypatch):
+    """Rank 0 names its job in the lock only once it is admitted: a rank 0 refused inside the lock (the folder
+    finished while it waited) never lets the other ranks start."""
+    from canonical_network.train import RunFolderFinished
+
+    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    seen = {}
+    import canonical_network.train as train_module
+
+    def record_lock(cfg):  # instead of training: what the lock file says when rank 0 starts fitting
+        seen["lock"] = (tmp_path / "run" / ".run.lock").read_text()
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(train_module, "_run", record_lock)
+    with pytest.raises(RuntimeError, match="stop here"):
+        run(compose_config(ROW, tmp_path / "run"))
+    assert seen["lock"].strip().endswith("(Slurm job 5 step - attempt 0)")
+    assert (tmp_path / "run" / ".run.lock").read_text() == ""  # emptied with the lock
+    monkeypatch.setattr(train_module, "refuse_finished", lambda folder: (_ for _ in ()).throw(
+        RunFolderFinished("finished meanwhile")) if (folder / ".run.lock").read_text() else None)
+    with pytest.raises(RunFolderFinished):  # refused inside the lock, as if the folder finished while it waited
+        run(compose_config(ROW, tmp_path / "run"))
+    assert "Slurm job" not in (tmp_path / "run" / ".run.lock").read_text()

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 _CHUNK = 1 << 20
 
@@ -55,15 +55,21 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write(path, lambda stream: stream.write(text.encode("utf-8")))
 
 
+#: The files this process holds a lock on (:func:`exclusive_lock`), by resolved path: their open handles. A POSIX
+#: lock belongs to the process and is released when *any* descriptor of the file is closed, so a note is added
+#: through the holding handle (:func:`add_lock_note`), never by opening the file again.
+_HELD: dict[str, Any] = {}
+
+
 @contextmanager
-def exclusive_lock(path: Path | str, note: str = "") -> Iterator[str | None]:
+def exclusive_lock(path: Path | str) -> Iterator[str | None]:
     """Try to hold an exclusive POSIX lock on ``path`` (created if missing) for the ``with`` block.
 
     Yields ``None`` while this process holds it (the file then names the holder: process, host, since when),
     or, without waiting, what the file says of the process that holds it. POSIX record locks (``lockf``) are
     released by the kernel when the holder ends, however it ends, so a killed holder never leaves a stale lock;
-    they work on NFS with a lock manager, as on most Slurm clusters. ``note`` is added to what the file says of
-    the holder (the job it belongs to, ``train.run_folder_lock``)."""
+    they work on NFS with a lock manager, as on most Slurm clusters. The file is emptied when the block ends, so
+    that what it says never outlives the lock (a killed holder's line stays: it names a process that is gone)."""
     import fcntl
     import socket
     import time
@@ -80,12 +86,30 @@ def exclusive_lock(path: Path | str, note: str = "") -> Iterator[str | None]:
             return
         handle.truncate(0)
         since = time.strftime("%Y-%m-%d %H:%M:%S")
-        handle.write(f"process {os.getpid()} on {socket.gethostname()}, since {since}{note}\n")
+        handle.write(f"process {os.getpid()} on {socket.gethostname()}, since {since}\n")
         handle.flush()
+        key = str(Path(path).resolve())
+        _HELD[key] = handle
         try:
             yield None
         finally:
+            _HELD.pop(key, None)
+            handle.truncate(0)
+            handle.flush()
             fcntl.lockf(handle, fcntl.LOCK_UN)
+
+
+def add_lock_note(path: Path | str, note: str) -> None:
+    """Append ``note`` to what the lock file ``path``, which this process holds (:func:`exclusive_lock`), says of
+    its holder (``train`` adds the job whose other ranks may then start)."""
+    handle = _HELD.get(str(Path(path).resolve()))
+    if handle is None:
+        raise RuntimeError(f"{path} is not locked by this process")
+    handle.seek(0)
+    line = handle.read().rstrip("\n")
+    handle.truncate(0)
+    handle.write(f"{line}{note}\n")
+    handle.flush()
 
 
 def new_timestamped_folder(parent: Path | str) -> Path:
