@@ -104,11 +104,9 @@ def test_ddp_cpu_divergence_is_recorded_as_diverged(tmp_path, lr, reason):
     assert reason in record["divergence"] and "Traceback" not in record["divergence"]
 
 
-@pytest.mark.slow
-def test_ddp_cpu_sigterm_stops_the_workers_then_resumes(tmp_path):
-    """SIGTERM to the command (what kill, a launcher or Slurm sends) stops its forked workers too: it exits 143,
-    no worker trains on in the folder, and a rerun resumes from last.ckpt."""
-    run_dir = tmp_path / "ddp"
+def _ddp_run_after_its_first_checkpoint(run_dir):
+    """A long ``trainer=ddp_cpu`` run started in ``run_dir``, once its first ``last.ckpt`` exists: the command's
+    process and its workers' pids (in start order, rank 0 first)."""
     last = run_dir / "checkpoints" / "last.ckpt"
     proc = subprocess.Popen(_cmd(run_dir, "trainer=ddp_cpu", "trainer.max_epochs=200"), cwd=PROJECT_ROOT,
                             env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -116,8 +114,18 @@ def test_ddp_cpu_sigterm_stops_the_workers_then_resumes(tmp_path):
     while not last.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.1)
     assert last.exists() and proc.poll() is None, "the run should still be training after its first checkpoint"
-    workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    workers = sorted(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split(),
+                     key=int)
     assert len(workers) >= 2, workers
+    return proc, workers
+
+
+@pytest.mark.slow
+def test_ddp_cpu_sigterm_stops_the_workers_then_resumes(tmp_path):
+    """SIGTERM to the command (what kill, a launcher or Slurm sends) stops its forked workers too: it exits 143,
+    no worker trains on in the folder, and a rerun resumes from last.ckpt."""
+    run_dir = tmp_path / "ddp"
+    proc, workers = _ddp_run_after_its_first_checkpoint(run_dir)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=180)
     assert proc.returncode == 143
@@ -138,16 +146,7 @@ def test_ddp_cpu_sigterm_to_one_worker_stops_the_run_as_stopped(tmp_path):
     it does: exit 143, no failure record, no worker left, resumable. Before, that worker stopped alone, the
     other's next collective failed, and the run was recorded as failed with a cut-off traceback."""
     run_dir = tmp_path / "ddp"
-    last = run_dir / "checkpoints" / "last.ckpt"
-    proc = subprocess.Popen(_cmd(run_dir, "trainer=ddp_cpu", "trainer.max_epochs=200"), cwd=PROJECT_ROOT,
-                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while not last.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.1)
-    assert last.exists() and proc.poll() is None, "the run should still be training after its first checkpoint"
-    workers = sorted(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split(),
-                     key=int)
-    assert len(workers) >= 2, workers
+    proc, workers = _ddp_run_after_its_first_checkpoint(run_dir)
     os.kill(int(workers[-1]), signal.SIGTERM)  # rank 1's process, say
     _, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 143, stderr[-3000:]

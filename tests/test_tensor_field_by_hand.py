@@ -42,8 +42,6 @@ can tell the formulas apart.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -70,6 +68,7 @@ from canonical_network.tasks.image_classification import ImageClassificationTask
 from canonical_network.tasks.pointcloud_classification import PointCloudClassificationTask
 from tests.helpers import seeded_gen
 from tests.test_fa_gnn import equivariance_tolerance
+from tests.test_tensor_field_rows import default_dtype  # e3nn builds its coefficients in the default dtype
 
 EPS64 = torch.finfo(torch.float64).eps
 EPS32 = torch.finfo(torch.float32).eps
@@ -82,17 +81,6 @@ RTOL = 2**18 * EPS64
 #: what the tensor-field mutations pinned here move the outputs by at least, relative to their scale (the controls)
 MEANINGFUL = 1e-2
 NUM_PARTICLES = 4
-
-
-@contextmanager
-def default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    """e3nn computes its coupling coefficients in the default dtype when a layer is built (see tfn.py)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
 
 
 def inputs(seed: int = 0, batch_size: int = 2, num_particles: int = NUM_PARTICLES):
