@@ -299,3 +299,80 @@ def test_the_metrics_are_on_disk_before_the_checkpoint_that_resumes_past_them(tm
     EpochCheckpoint(dirpath=str(tmp_path / "checkpoints")).on_train_epoch_end(trainer, None)
     ((path, metrics),) = seen
     assert path == tmp_path / "checkpoints" / "last.ckpt" and "0.5" in metrics and "29" in metrics
+
+
+# One rank of a two-process gloo job (processes started here, as Slurm or torchrun starts them: Lightning reads
+# LOCAL_RANK and starts none itself); the rank SIGNALLED sends itself SIGTERM in the middle of training step 3.
+_RANK_SCRIPT = r"""
+import os, signal, sys
+import torch
+import lightning.pytorch as pl
+from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from canonical_network.utils.runs import _sigterm_without_collective
+
+SIGNALLED = int(sys.argv[1])
+
+class Line(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 3 and self.global_rank == SIGNALLED:
+            os.kill(os.getpid(), signal.SIGTERM)  # after this step's start: the rank finishes the step noted
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def train_dataloader(self):
+        torch.manual_seed(0)
+        data = torch.utils.data.TensorDataset(torch.randn(256, 4), torch.randn(256, 1))
+        return torch.utils.data.DataLoader(data, batch_size=8)
+
+trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=DDPStrategy(process_group_backend="gloo"),
+                     max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False)
+_sigterm_without_collective(trainer)
+try:
+    trainer.fit(Line())
+except SIGTERMException:
+    print(f"stopped after {trainer.global_step} steps", flush=True)
+    sys.exit(143)
+print(f"finished after {trainer.global_step} steps", flush=True)
+"""
+
+
+@pytest.mark.parametrize("signalled", [0, 1])
+def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step(tmp_path, signalled):
+    """A SIGTERM that reaches one rank during a training step (Slurm signals a job's tasks one by one; under load
+    they were 2 s apart) stops every rank at the start of the next step. Lightning's handler set a flag that
+    each rank checks alone at the end of a step: the signalled rank left there while the other trained on into
+    a collective with no partner and crashed, which is how tests/test_slurm.py's SIGTERM test failed under load.
+    """
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
+               "NODE_RANK": "0", "LOCAL_RANK": str(rank), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        for name in [n for n in env if n.startswith("SLURM_")]:
+            del env[name]
+        procs.append(subprocess.Popen([sys.executable, "-c", _RANK_SCRIPT, str(signalled)], cwd=PROJECT_ROOT,
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=180)[0])
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            proc.kill()
+        pytest.fail("a rank hung: " + "\n---\n".join(p.communicate()[0][-2000:] for p in procs))
+    for rank, (proc, out) in enumerate(zip(procs, outputs, strict=True)):
+        # steps 0-3 done, every rank stops at the start of step 4 (256 samples / 2 ranks / 8 = 16 steps an epoch)
+        assert proc.returncode == 143 and "stopped after 4 steps" in out, f"rank {rank}:\n{out[-3000:]}"

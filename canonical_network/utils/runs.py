@@ -217,33 +217,66 @@ def build_trainer(cfg: DictConfig, output_dir: Path, callbacks: list, loggers: l
 
 
 def _sigterm_without_collective(trainer) -> None:
-    """Lightning's SIGTERM handler, without the broadcast it starts inside the handler.
+    """Lightning's SIGTERM handling for several processes, made to stop every rank at the same training step.
 
-    Lightning's handler (``_SignalConnector._sigterm_notifier_fn``) sets the trainer's flag and then calls
-    ``dist.broadcast`` from inside the signal handler. When the signal reaches rank 0 while another rank waits
-    in a collective of its own (a gradient all-reduce, the barrier after a checkpoint), the two collectives do
-    not match and the job hangs: a two-task Slurm job sent SIGTERM right after its first checkpoint hung until
-    it was cancelled (tests/test_slurm.py). Setting the flag is enough: every training step broadcasts rank 0's
-    flag outside any handler (``_broadcast_sigterm_tensor``), and all ranks stop there together.
+    Two changes to Lightning's (2.6). First, its handler (``_SignalConnector._sigterm_notifier_fn``) calls
+    ``dist.broadcast`` from inside the signal handler. When the signal reaches rank 0 while another rank waits in
+    a collective of its own (a gradient all-reduce, the barrier after a checkpoint), the two collectives do not
+    match and the job hangs: a two-task Slurm job sent SIGTERM right after its first checkpoint hung until it was
+    cancelled (tests/test_slurm.py). Second, its handler sets the trainer's ``received_sigterm`` flag, which the
+    loops check on each rank alone (at the end of a training step, of a validation batch, of an epoch). A rank
+    signalled during a step therefore stopped at the end of that step while a rank signalled a moment later
+    trained on into a collective with no partner: under load, a Slurm job whose two tasks got SIGTERM 2 s apart
+    ended with rank 1 crashed rather than stopped.
+
+    Here the handler only notes the signal (:class:`_StopTogether`); each training step begins with an
+    all-reduce of every rank's note (where Lightning broadcast rank 0's flag), and when any rank has one, all
+    ranks set the flag and stop there, together (``SIGTERMException``, ``train`` exits 143, resumable). A signal
+    that reaches rank 1 alone stops the run too, as one to rank 0 does.
     """
-    connector = trainer._signal_connector
-    log = logging.getLogger("canonical_network.runs")
-    command = os.getpid()  # the command's own process; workers forked by trainer=ddp_cpu have other ids
+    stop = _StopTogether(trainer)
+    # read by register_signal_handlers() when fitting starts (an instance attribute shadows the method)
+    trainer._signal_connector._sigterm_notifier_fn = stop.notify
+    trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = stop.at_step_start
 
-    def notify(signum, frame) -> None:
-        log.info("Received SIGTERM (%s): stopping at the next training step", signum)
-        if os.getpid() != command and fitted_in_workers(trainer):
+
+class _StopTogether:
+    """A SIGTERM noted by this rank's handler, acted on by all ranks at the start of the next training step
+    (:func:`_sigterm_without_collective`). A class, not closures, so that a trainer holding it still pickles
+    (``strategy=ddp_spawn`` pickles the trainer into its processes)."""
+
+    def __init__(self, trainer) -> None:
+        self.trainer = trainer
+        self.command = os.getpid()  # the command's own process; workers forked by trainer=ddp_cpu have other ids
+        self.noted = False
+
+    def notify(self, signum, frame) -> None:
+        logging.getLogger("canonical_network.runs").info(
+            "Received SIGTERM (%s): stopping every process at the next training step", signum)
+        trainer = self.trainer
+        if os.getpid() != self.command and fitted_in_workers(trainer):
             # A forked worker signalled alone (an OOM guard, a user's kill of one pid): the command stops the
             # whole run (forward_sigterm_to_workers), so the run ends as stopped (143, resumable), not as a
-            # crash of the other worker, whose next collective would fail. The command ignores the echo of a
-            # SIGTERM it forwarded itself.
-            os.kill(command, signum)
-        elif not connector.received_sigterm and trainer.strategy.launcher is not None:
+            # crash of the other worker. The command ignores the echo of a SIGTERM it forwarded itself.
+            os.kill(self.command, signum)
+        elif not self.noted and trainer.strategy.launcher is not None:
             trainer.strategy.launcher.kill(signum)  # processes Lightning started itself, as its own handler does
-        connector.received_sigterm = True
+        self.noted = True  # not trainer.received_sigterm, which would stop this rank alone (see above)
 
-    # read by register_signal_handlers() when fitting starts (an instance attribute shadows the method)
-    connector._sigterm_notifier_fn = notify
+    def at_step_start(self) -> None:
+        """Replaces ``_TrainingEpochLoop._broadcast_sigterm_tensor``, which every rank calls at the start of
+        each training step when several processes train."""
+        import torch
+        import torch.distributed as dist
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        trainer = self.trainer
+        flag = torch.tensor([int(self.noted)], device=trainer.strategy.root_device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item():
+            trainer._signal_connector.received_sigterm = True
+            dist.barrier()  # leave together: no rank is still inside a collective the others have left
+            raise SIGTERMException
 
 
 def fitted_in_workers(trainer) -> bool:
