@@ -182,8 +182,10 @@ def run(cfg: DictConfig) -> dict:
     results["failed"] = failed(results, settings.fail_above)
     if settings.figures:
         results["figures"] = [str(p.relative_to(output_dir)) for p in figures]
-    with open(output_dir / RESULTS_FILE, "w") as handle:
-        json.dump(results, handle, indent=2, ensure_ascii=False)
+    from canonical_network.utils.files import atomic_write_text
+
+    # whole or not at all: a reader (the report, a collect) never sees half a file
+    atomic_write_text(output_dir / RESULTS_FILE, json.dumps(results, indent=2, ensure_ascii=False))
     _log_to_loggers(cfg, output_dir, results)
     log.info("%s\nWritten: %s", summary_table(results), output_dir / RESULTS_FILE)
     return results

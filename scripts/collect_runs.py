@@ -52,11 +52,13 @@ def renamed(relative: Path, record: dict) -> Path:
                   for part in relative.parts))
 
 
-def collect(source: Path, dest: Path) -> list[Path]:
+def collect(source: Path, dest: Path, replace: bool = False, refused: list | None = None) -> list[Path]:
     """Copy each finished run's :data:`KEPT` files and diagnoses below ``source`` into ``dest``; returns the
-    copies. When a copy replaces the record of another run (a run started again here over a committed record,
-    two source folders that map to one name), the files of the old run that the new one lacks -- its
-    diagnoses -- are removed, so that no record is read with another run's files beside it."""
+    copies. A record in ``dest`` that differs from the run's (another run of the same job: a run started again
+    here over a committed record, two source folders that map to one name) is kept, and the run is listed in
+    ``refused`` as ``(run folder, kept record)``, unless ``replace``: then the new run's files replace it and the
+    old run's files that the new one lacks -- its diagnoses -- are removed, so that no record is read with
+    another run's files beside it."""
     copied = []
     for results in find_results(source):
         try:
@@ -70,6 +72,10 @@ def collect(source: Path, dest: Path) -> list[Path]:
         target = dest / renamed(run.relative_to(source), record)
         names = (*KEPT, *(str(p.relative_to(run)) for p in diagnosis_files(run)))
         old = target / RESULTS_FILE
+        if old.is_file() and old.read_bytes() != results.read_bytes() and not replace:
+            if refused is not None:
+                refused.append((run, old))
+            continue
         if old.is_file() and old.read_bytes() != results.read_bytes():  # another run's record: drop its extras
             for stale in [target / name for name in KEPT] + diagnosis_files(target):
                 if str(stale.relative_to(target)) not in names or not (run / stale.relative_to(target)).is_file():
@@ -91,11 +97,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dest", type=Path)
     parser.add_argument("--unfinished", type=Path, default=None,
                         help="also copy the unfinished runs, resumable, into this folder (see above)")
+    parser.add_argument("--replace", action="store_true",
+                        help="let a finished run replace a different record of its job kept in dest (without it such "
+                             "runs are listed and not copied, and the exit status is 1)")
     args = parser.parse_args(argv)
     if not args.source.is_dir():
         parser.error(f"{args.source} is not a folder")
-    copied = collect(args.source, args.dest)
+    from canonical_network.utils.unfinished import check_apart
+
+    try:
+        check_apart(args.source, args.dest, "the records' folder")
+        if args.unfinished is not None:
+            check_apart(args.source, args.unfinished, "--unfinished")
+            check_apart(args.dest, args.unfinished, "--unfinished")
+    except ValueError as error:
+        parser.error(str(error))
+    refused: list[tuple[Path, Path]] = []
+    copied = collect(args.source, args.dest, replace=args.replace, refused=refused)
     print(f"copied {len(copied)} finished runs into {args.dest}")
+    for run, kept in refused:
+        print(f"not copied {run}: {kept} holds another run's record of that job (kept; --replace to take this "
+              "run's instead)")
     if args.unfinished is not None:
         from canonical_network.utils.unfinished import park
 
@@ -105,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
               + (f"; removed {len(removed)} copies of runs finished since" if removed else ""))
         for run, copy in behind:
             print(f"kept {copy}: it is further along than {run} (that run was not parked over it)")
-    return 0
+    return 1 if refused else 0
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ every diagnosis with the record, and the report reads the newest one's continuit
 ``diagnose/*`` metrics (``canonical_network.records``): the jump rate and output change under small rotations and
 jitter of the symmetrization tables (issue 38).
 
-Only a run's own folder is written to (a new subfolder: the record itself is never changed).
+Only a run's own folder is written to (a new subfolder: the record itself is never changed). Several processes
+may work through the same runs (stages run side by side as lanes): each run is diagnosed by the first to claim it
+(a lock on ``<run>/.diagnose.lock``) and skipped as busy by the others.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ from canonical_network.records import (
     path_from_record,
     read_results,
 )
+from canonical_network.utils.files import exclusive_lock
+
+#: the lock a process holds on a run folder while it diagnoses it
+CLAIM = ".diagnose.lock"
 
 #: overrides of the training command that do not describe the model or data (the diagnosis sets its own)
 _DROPPED = ("logger", "hydra.", "~callbacks", "callbacks", "trainer.", "ckpt_path", "skip_finished")
@@ -104,12 +110,21 @@ def main(argv: list[str] | None = None) -> int:
             if earlier and not (args.upgrade and diagnosis_format(earlier[-1]) < DIAGNOSIS_FORMAT):
                 skipped += 1
                 continue
-            into = diagnosis_dir(len(earlier) + 1)
             if tested_checkpoint(run_dir, record) is None:
                 continue
-            command = diagnose_command(run_dir, record, args.num_samples, into=into)
-            with open(run_dir / f"{into}.log", "a") as log:
-                rc = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+            with exclusive_lock(run_dir / CLAIM) as holder:
+                if holder is not None:  # another process diagnoses it now
+                    print(f"busy {run_dir} (diagnosed by {holder}: left to it)", flush=True)
+                    continue
+                # looked at under the claim: a diagnosis another process finished meanwhile is seen
+                earlier = diagnosis_files(run_dir)
+                if earlier and not (args.upgrade and diagnosis_format(earlier[-1]) < DIAGNOSIS_FORMAT):
+                    skipped += 1
+                    continue
+                into = diagnosis_dir(len(earlier) + 1)
+                command = diagnose_command(run_dir, record, args.num_samples, into=into)
+                with open(run_dir / f"{into}.log", "a") as log:
+                    rc = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
             print(f"{'diagnosed' if rc == 0 else f'FAILED (exit {rc})'} {run_dir}", flush=True)
             done += rc == 0
             failures += rc != 0

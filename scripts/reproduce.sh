@@ -18,8 +18,10 @@
 #   scripts/reproduce.sh symmetrization-nbody, symmetrization-pc, symmetrization-rotmnist   # its three families
 #   scripts/reproduce.sh symmetrization-frame-size  # the Rotated MNIST weighted-frame checkpoints at test-time k = 1-4, full
 #   scripts/reproduce.sh nbody-gap       # what separates our CN-GNN from the authors' code at 1,000 epochs
+#   scripts/reproduce.sh nbody-augment   # the GNN with O(3) data augmentation, and CN-GNN (frozen) with turned frames
 #   scripts/reproduce.sh pointclouds     # Tables 4 and 5b on synthetic_shapes, 3 protocols, seeds 0-1
 #   scripts/reproduce.sh pointclouds-cpu # every row of Table 4 at a CPU budget: 256 points, 1,000 clouds, 5 epochs
+#   scripts/reproduce.sh pointnet-regulariser  # the PointNet rows with the unsquared feature-transform regulariser
 #   scripts/reproduce.sh shapes40        # DGCNN and CN(NL)-DGCNN under z/z on the 40-class set at that budget (issue 37)
 #   scripts/reproduce.sh shapenet-cpu    # every row of Table 5b at that CPU budget, its 2 protocols, seeds 0-2 (PointNet rows 0-1)
 #   scripts/reproduce.sh adapt-mnist     # the embedded adapt table (ResNet-18, upright train), ADAPT_EPOCHS, ADAPT_SEEDS
@@ -37,6 +39,8 @@
 # unless OUT holds a started run of it. On a GPU machine add trainer=gpu through EXTRA, e.g. EXTRA="trainer=gpu" JOBS=1.
 # Lanes: the same stage started N times (JOBS=1 THREADS=1 each) shares its jobs, each run by the first lane to
 # claim it ("busy" in the others): no core waits while a step's last job runs, as JOBS=2 in one process does.
+# A budget set away from its default (FA_EPOCHS, PC_TRAIN, PC_EPOCHS, ADAPT_EPOCHS, SYM_FRAME) gets folders of its
+# own; a finished record whose settings contradict the call's is reported FAILED, never taken for the job.
 #   for lane in a b; do (JOBS=1 THREADS=1 setsid nohup scripts/reproduce.sh nbody-paper >> outputs/$lane.log 2>&1 &); done
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +57,15 @@ COMMITTED="${COMMITTED-docs/reproduction/runs}"
 UNFINISHED="${UNFINISHED-docs/reproduction/unfinished}"
 JOBS="${JOBS:-2}"
 EXTRA="${EXTRA:-}"
+if (( $# > 1 )); then
+  echo "reproduce.sh: one stage at a time; got '$*' (settings go in the environment: JOBS=1 THREADS=1 OUT=... )" >&2
+  exit 2
+fi
+for setting in JOBS THREADS; do
+  if [[ -n "${!setting:-}" && ! "${!setting}" =~ ^[1-9][0-9]*$ ]]; then
+    echo "reproduce.sh: $setting must be a whole number >= 1, got '${!setting}'" >&2; exit 2
+  fi
+done
 COMMON=(logger=csv "~callbacks.rich_progress_bar")
 run() {  # run <variant or ""> <seeds> <experiments...> -- <overrides...>
   local variant="$1" seeds="$2"; shift 2
@@ -78,14 +91,23 @@ PC=("${PC_DATA[@]}" trainer.max_epochs="${PC_EPOCHS:-5}")
 # 34 these were cpu_<rotation>[_ep12]: rename such folders of OUT (mv) so that a rerun finds their finished runs
 # (scripts/collect_runs.py already copies them under the new name).
 PC_TAG="pts${PC_POINTS:-256}"
+# a setting away from its default is named in the folder (after the points: _n<clouds>; after the rotation:
+# _ep<epochs>), so runs of another budget never share a folder with the default's finished runs
+PC_N=""; [[ "${PC_TRAIN:-1000}" != 1000 ]] && PC_N="_n${PC_TRAIN}"
+PC_EP=""; [[ "${PC_EPOCHS:-5}" != 5 ]] && PC_EP="_ep${PC_EPOCHS}"
 pc_run() {  # pc_run "<seeds>" "<protocols>" <rows...>: each seed in turn over every protocol, at the CPU budget
   local seeds="$1" protocols="$2" seed rotation; shift 2
   for seed in $seeds; do
     for rotation in $protocols; do
-      run "${PC_TAG}_${rotation//\//_}" "$seed" "$@" -- data.rotation="$rotation" "${PC[@]}"
+      run "${PC_TAG}${PC_N}_${rotation//\//_}${PC_EP}" "$seed" "$@" -- data.rotation="$rotation" "${PC[@]}"
     done
   done
 }
+# FA-GNN's CPU budget (FA_EPOCHS, default 200) where it is not: its own folder, ep<N>
+FA_VARIANT=""; [[ "${FA_EPOCHS:-200}" != 200 ]] && FA_VARIANT="ep${FA_EPOCHS}"
+# the adapt rows' budget (ADAPT_EPOCHS, default 15) where it is not: ep<N> (adapt-mnist-long's ep30 folders are
+# those of ADAPT_EPOCHS=30: the same runs)
+ADAPT_VARIANT=""; [[ "${ADAPT_EPOCHS:-15}" != 15 ]] && ADAPT_VARIANT="ep${ADAPT_EPOCHS}"
 
 ROTMNIST_ROWS=(rotmnist/cn_p64 rotmnist/cnn rotmnist/cnn_aug rotmnist/cn_pca rotmnist/cn_p4_frozen rotmnist/cn_p4
                rotmnist/cn_pretrained)
@@ -130,7 +152,7 @@ case "${1:-}" in
     run "" "0 1" "${NBODY_ROWS[@]}" -- trainer.max_epochs=1000
     # a third seed for the closest claim, CN-GNN < EGNN: at n = 2 the 95 % t-multiplier is 12.7, at n = 3 4.3
     run "" 2 nbody/cn_gnn nbody/egnn -- trainer.max_epochs=1000
-    run "" "0 1" nbody/fa_gnn -- trainer.max_epochs="${FA_EPOCHS:-200}" ;;
+    run "$FA_VARIANT" "0 1" nbody/fa_gnn -- trainer.max_epochs="${FA_EPOCHS:-200}" ;;
   nbody-quoted)  # the rows the paper quotes from the EGNN paper at the nbody stage's budget (1,000 epochs, the
                  # same early stopping as its rows), beside its Linear/GNN/EGNN/CN-GNN: do they train (beat Linear)?
                  # One CPU core: Radial Field ~15 min a run, TFN ~2 h, SE(3)-Transformer ~1 day (SE3_EPOCHS caps it)
@@ -139,7 +161,7 @@ case "${1:-}" in
     # where "CN-GNN beats FA-GNN" has both rows (~5 min a run)
     run "ep${FA_EPOCHS:-200}" "0 1 2" nbody/cn_gnn -- trainer.max_epochs="${FA_EPOCHS:-200}"
     # at n = 3 against 2 the claim stayed unresolved (FA-GNN's two seeds 0.0082 and 0.0089): its third seed
-    run "" 2 nbody/fa_gnn -- trainer.max_epochs="${FA_EPOCHS:-200}"
+    run "$FA_VARIANT" 2 nbody/fa_gnn -- trainer.max_epochs="${FA_EPOCHS:-200}"
     run "" "0 1" nbody/tfn -- trainer.max_epochs=1000  # issue 33 asks >= 2 seeds of the tensor-field rows
     run "ep${SE3_EPOCHS:-100}" 0 nbody/se3_transformer -- trainer.max_epochs="${SE3_EPOCHS:-100}" ;;
   permutations)  # issue 36: backbones equivariant to neither permutations nor rotations (nbody/mlp, the point
@@ -192,7 +214,7 @@ case "${1:-}" in
           # the unsquared feature-transform regulariser (the PyTorch PointNet code's): with the paper's squared
           # one the canonical row's seed 0 blew up within 15 SGD steps on one CPU (docs/pointclouds.md), and
           # a diverged run measures nothing. Every mode trains with the same regulariser.
-          run "${PC_TAG}_z_so3_fro_sym_${mode}" "$seeds" modelnet/cn_nl_pointnet -- data.rotation=z/so3 "${PC[@]}" \
+          run "${PC_TAG}${PC_N}_z_so3${PC_EP}_fro_sym_${mode}" "$seeds" modelnet/cn_nl_pointnet -- data.rotation=z/so3 "${PC[@]}" \
             model.feature_transform_norm=frobenius canonicalization.symmetrization="$mode" canonicalization.frame_size=2
         fi
       done
@@ -347,7 +369,7 @@ case "${1:-}" in
     pc_run "0 1" "z/z z/so3 so3/so3" "${pointnet_rows[@]}"
     # seed 1 of CN(L)-PointNet under SO(3)/SO(3) diverges (NaN at step 17, SGD lr 0.1; kept as a diverged run):
     # seed 2 gives that cell its second value
-    run "${PC_TAG}_so3_so3" 2 modelnet/cn_l_pointnet -- data.rotation=so3/so3 "${PC[@]}"
+    run "${PC_TAG}${PC_N}_so3_so3${PC_EP}" 2 modelnet/cn_l_pointnet -- data.rotation=so3/so3 "${PC[@]}"
     pc_run "0 1" "z/z z/so3 so3/so3" modelnet/vn_pointnet
     # a third seed of the cheap PointNet rows (n = 2 leaves the paired z/SO(3) = z/z checks a t of 12.7)
     pc_run 2 "z/z z/so3 so3/so3" "${pointnet_rows[@]}"
@@ -361,7 +383,7 @@ case "${1:-}" in
                          # 0-2 of one protocol before the next, z/SO(3) first (~5 min a run on one core)
     local rotation
     for rotation in z/so3 z/z so3/so3; do
-      run "${PC_TAG}_${rotation//\//_}_fro" "0 1 2" modelnet/pointnet modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \
+      run "${PC_TAG}${PC_N}_${rotation//\//_}${PC_EP}_fro" "0 1 2" modelnet/pointnet modelnet/cn_l_pointnet modelnet/cn_nl_pointnet \
         modelnet/cn_frozen_pointnet -- data.rotation="$rotation" "${PC[@]}" model.feature_transform_norm=frobenius
     done ;;
   shapes40)  # issue 37 item 5: how DGCNN and CN(NL)-DGCNN fare under z/z on the 40-class set (data=synthetic_shapes40)
@@ -370,10 +392,7 @@ case "${1:-}" in
              # points) is PC_POINTS=1024 PC_TRAIN=4000 and the epochs a GPU allows (EXTRA="trainer=gpu"). DGCNN
              # seed 0 first. Folders s40_pts<points>[_n<clouds>]_z_z[_ep<epochs>]; the report's Table 4 shows them
              # as their own data set, and scripts/shapes40_difficulty.py puts them beside its descriptor's floor
-    local s40="s40_${PC_TAG}"
-    [[ "${PC_TRAIN:-1000}" != 1000 ]] && s40+="_n${PC_TRAIN}"
-    s40+="_z_z"
-    [[ "${PC_EPOCHS:-5}" != 5 ]] && s40+="_ep${PC_EPOCHS}"
+    local s40="s40_${PC_TAG}${PC_N}_z_z${PC_EP}"
     run "$s40" 0 modelnet/dgcnn modelnet/cn_nl_dgcnn -- data=synthetic_shapes40 data.rotation=z/z "${PC[@]}"
     run "$s40" "1 2" modelnet/dgcnn modelnet/cn_nl_dgcnn -- data=synthetic_shapes40 data.rotation=z/z "${PC[@]}" ;;
   shapenet-cpu)  # every row of Table 5b (part segmentation, synthetic shapes) at the same budget, its two protocols:
@@ -386,11 +405,11 @@ case "${1:-}" in
     # the rate constant for 20 epochs, so a 5-epoch run continued to 12 is this run), ~85 min each on one core, ~1 min
     # on an H100
     for rotation in z/so3 so3/so3; do
-      run "${PC_TAG}_${rotation//\//_}_ep12" "0 1" shapenet/vn_dgcnn shapenet/vn_pointnet -- data.rotation="$rotation" \
+      run "${PC_TAG}${PC_N}_${rotation//\//_}_ep12" "0 1" shapenet/vn_dgcnn shapenet/vn_pointnet -- data.rotation="$rotation" \
         "${PC_DATA[@]}" trainer.max_epochs=12
     done ;;
   adapt-mnist)  # the embedded adapt table (Mondal et al.'s structure, issue 16): upright training, rotated test
-    run "" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/resnet18_aug adapt_mnist/cn_c8_resnet18 \
+    run "$ADAPT_VARIANT" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/resnet18_aug adapt_mnist/cn_c8_resnet18 \
       adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs="${ADAPT_EPOCHS:-15}" ;;
   adapt-mnist-long)  # does a longer budget close CN(C8)+prior's upright gap to the ResNet-18? (30 epochs, ADAPT_SEEDS)
     run ep30 "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/resnet18 adapt_mnist/cn_c8_prior_resnet18 -- trainer.max_epochs=30 ;;
@@ -400,19 +419,23 @@ case "${1:-}" in
                          # skipped nor overwritten), then each seed's tested checkpoint evaluated three ways into
                          # outputs/adapt_symmetrization/eval/<mode>/seed<k> (done ones skipped); the small records
                          # go to docs/reproduction/adapt_symmetrization/<mode>/seed<k> for the report
+    # (ADAPT_EPOCHS or SYM_FRAME away from their defaults, 15 and 2: folders of their own, ep<N>/ and _k<K>, and
+    # the records stay in outputs/: the report's section holds the defaults' records)
     local sym_out=outputs/adapt_symmetrization sym_docs=docs/reproduction/adapt_symmetrization seed mode ckpt dest
-    OUT="$sym_out/train" COMMITTED="" run "" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/cn_c8_prior_resnet18 -- \
+    local sym_k="" train_dir="$sym_out/train/adapt_mnist/cn_c8_prior_resnet18${ADAPT_VARIANT:+/$ADAPT_VARIANT}"
+    [[ "${SYM_FRAME:-2}" != 2 ]] && sym_k="_k${SYM_FRAME}"
+    OUT="$sym_out/train" COMMITTED="" run "$ADAPT_VARIANT" "${ADAPT_SEEDS:-0 1 2}" adapt_mnist/cn_c8_prior_resnet18 -- \
       trainer.max_epochs="${ADAPT_EPOCHS:-15}"
     for seed in ${ADAPT_SEEDS:-0 1 2}; do
       # the tested (best-validation) checkpoint of a completed run, as its record names it (relative to its folder)
       ckpt=$("$PY" -c 'import json, sys; from canonical_network.records import record_path
 r = json.load(open(sys.argv[1])); print(record_path(r, "checkpoint") if r.get("status") == "completed" else "")' \
-        "$sym_out/train/adapt_mnist/cn_c8_prior_resnet18/seed$seed/results.json" 2>/dev/null || true)
+        "$train_dir/seed$seed/results.json" 2>/dev/null || true)
       if [[ -z "$ckpt" ]]; then
-        echo "skip seed $seed: no completed run in $sym_out/train" >&2; FAILED_CALLS=$((FAILED_CALLS + 1)); continue
+        echo "skip seed $seed: no completed run in $train_dir" >&2; FAILED_CALLS=$((FAILED_CALLS + 1)); continue
       fi
       for mode in canonical weighted_frame sampled; do
-        dest="$sym_out/eval/$mode/seed$seed"
+        dest="$sym_out/eval${ADAPT_VARIANT:+/$ADAPT_VARIANT}/$mode$sym_k/seed$seed"
         if [[ -f "$dest/results.json" ]]; then
           echo "skip $mode seed $seed: evaluated in $dest"
         else
@@ -421,14 +444,20 @@ r = json.load(open(sys.argv[1])); print(record_path(r, "checkpoint") if r.get("s
             ckpt_path="$ckpt" canonicalization.symmetrization="$mode" canonicalization.frame_size="${SYM_FRAME:-2}" \
             seed="$seed" logger=csv hydra.run.dir="$dest" $EXTRA || { FAILED_CALLS=$((FAILED_CALLS + 1)); continue; }
         fi
+        if [[ -n "$ADAPT_VARIANT$sym_k" ]]; then
+          echo "kept $dest/results.json in outputs/ only (not the report's default budget)"; continue
+        fi
         mkdir -p "$sym_docs/$mode/seed$seed"
         cp "$dest/results.json" "$sym_docs/$mode/seed$seed/results.json"
       done
     done ;;
   diagnose)  # diagnose the tested (best-validation) checkpoint of seed DIAG_SEED (default 1) of each Table 1-2 row
     for row in cn_p64 cn_p4 cn_p4_frozen cn_pca cnn cnn_aug; do
-      ckpt=$(ls "$OUT/rotmnist/$row/seed${DIAG_SEED:-1}/checkpoints/"epoch_*.ckpt 2>/dev/null | head -1)
-      [[ -z "$ckpt" ]] && { echo "skip $row: no tested checkpoint in $OUT"; continue; }
+      # the checkpoint a completed run was tested with, as its record names it (never one of a run still training)
+      ckpt=$("$PY" -c 'import json, sys; from canonical_network.records import record_path
+r = json.load(open(sys.argv[1])); print(record_path(r, "checkpoint") or "" if r.get("status") == "completed" else "")' \
+        "$OUT/rotmnist/$row/seed${DIAG_SEED:-1}/results.json" 2>/dev/null || true)
+      [[ -z "$ckpt" ]] && { echo "skip $row: no completed run with a tested checkpoint in $OUT"; continue; }
       "$PY" -m canonical_network.diagnose experiment=rotmnist/$row ckpt_path="$ckpt" logger=none \
         diagnose.num_samples=256 hydra.run.dir="outputs/diagnose/reproduction/$row"
       mkdir -p "docs/reproduction/diagnostics/$row"
@@ -488,10 +517,13 @@ nbody/cn_gnn_frozen,nbody/radial_field,nbody/tfn,nbody/se3_transformer" trainer.
     "$PY" scripts/collect_runs.py "$OUT" docs/reproduction/runs
     "$PY" -m canonical_network.report docs/reproduction/runs --out docs/reproduction --readme README.md ;;
   *)
-    awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2 ;;
+    awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" >&2
+    echo "reproduce.sh: unknown stage '${1:-}'; the stages: $(grep -oE '^  [a-z0-9-]+( \| [a-z0-9-]+)*\)' "$0" \
+      | tr -d ' )' | tr '|\n' '  ' | sed 's/ *$//')" >&2
+    exit 2 ;;
 esac
 if (( FAILED_CALLS > 0 )); then
-  echo "reproduce.sh ${1}: ${FAILED_CALLS} run_protocol call(s) had failed jobs (FAILED lines above)" >&2
+  echo "reproduce.sh ${1}: ${FAILED_CALLS} step(s) failed (see the FAILED lines and errors above)" >&2
   exit 1
 fi
 }

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from canonical_network.records import FINAL_STATUSES, RESULTS_FILE, RunResults, path_from_record, read_results
 from canonical_network.utils.files import exclusive_lock
-from canonical_network.utils.unfinished import restore
+from canonical_network.utils.unfinished import LAST, progress, restore
 
 # Rows that need another row's finished run: (experiment) -> (source experiment, override key).
 DEPENDS_ON = {"rotmnist/cn_pretrained": ("rotmnist/cn_p64", "canonicalization.checkpoint")}
@@ -59,10 +59,80 @@ def completed(run_dir: Path) -> RunResults | None:
 def run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
             finished: dict[tuple[str, int], threading.Event], variant: str = "",
             committed: Path | None = None, unfinished: Path | None = None) -> str:
+    """Run one job; returns its line (done / skip / busy / resume / FAILED ...). An error of this script's own
+    (an unreadable parked copy, a full disk) is that job's FAILED line: the other jobs go on and are reported."""
     try:
         return _run_job(out, experiment, seed, overrides, threads, finished, variant, committed, unfinished)
+    except Exception as error:  # noqa: BLE001 - reported as this job's failure, never aborting the others
+        return f"FAILED {experiment} seed {seed}: {type(error).__name__}: {error}"
     finally:
         finished[(experiment, seed)].set()
+
+
+#: Overrides that say how or where a job runs, not what it measures: a finished record made with other values of
+#: these still answers the job (the epoch budget and early stopping are not here: they are the protocol).
+EXECUTION_ONLY = ("hydra.", "seed=", "experiment=", "logger", "~logger", "paths.", "compile=", "matmul_precision=",
+                  "data.num_workers=", "data.data_dir=", "data.generate_if_missing=", "trainer=", "trainer.accelerator=",
+                  "trainer.enable_progress_bar=", "callbacks.rich_progress_bar", "~callbacks.rich_progress_bar",
+                  "canonicalization.checkpoint=", "tags=")
+
+
+def _same(requested, recorded) -> bool:
+    if requested == recorded:
+        return True
+    numbers = [v for v in (requested, recorded) if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
+    if len(numbers) == 2:
+        try:
+            return float(requested) == float(recorded)
+        except ValueError:
+            pass
+    return str(requested) == str(recorded)
+
+
+def protocol_differences(record: dict, overrides: list[str]) -> list[tuple[str, str, object]]:
+    """``(key, requested value, recorded value)`` for each plain ``key=value`` override of this call that the
+    record's resolved config contradicts (a key the record does not hold, or an override of another form, is not
+    judged; :data:`EXECUTION_ONLY` keys are not compared). A finished record of another protocol in the job's
+    folder -- a stage rerun with a budget set by an environment variable, FA_EPOCHS=1000 over the 200-epoch
+    records -- must not be taken for the run this call asks for."""
+    import yaml
+
+    config = record.get("config")
+    if not isinstance(config, dict):
+        return []
+    found = []
+    for override in overrides:
+        if override.startswith(("+", "~")) or "=" not in override or override.startswith(EXECUTION_ONLY):
+            continue
+        key, _, text = override.partition("=")
+        node, missing = config, False
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                missing = True
+                break
+            node = node[part]
+        if missing:
+            continue
+        try:
+            requested = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError:
+            requested = text
+        if isinstance(requested, dict) or isinstance(node, dict):
+            continue  # a whole group (data=..., a mapping): not judged here
+        if not _same(requested, node):
+            found.append((key, text, node))
+    return found
+
+
+def _finished_elsewhere(experiment: str, seed: int, record: dict, where: Path, overrides: list[str]) -> str | None:
+    """The FAILED line for a finished record that another protocol made, else None (the job is skipped)."""
+    differences = protocol_differences(record, overrides)
+    if not differences:
+        return None
+    said = "; ".join(f"{key}={text} asked, {recorded!r} in the record" for key, text, recorded in differences)
+    return (f"FAILED {experiment} seed {seed}: its finished record in {where} was made with other settings ({said}). "
+            "Give this protocol folders of its own (--variant; scripts/reproduce.sh names them by the setting), or "
+            "remove that record to redo it")
 
 
 def _run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads: int,
@@ -107,15 +177,32 @@ def _claimed_job(out: Path, experiment: str, seed: int, overrides: list[str], th
                  committed: Path | None, unfinished: Path | None) -> str:
     run_dir = job_dir(out, experiment, seed, variant)
     if record := completed(run_dir):
-        return f"skip {experiment} seed {seed} ({record['status']})"
-    # a record kept in the repository counts as finished only when no run of that job has started here: a
-    # started run folder is resumed (its own record will be the one collected)
-    if committed is not None and not (run_dir / RESULTS_FILE).exists() and not (run_dir / "checkpoints").exists():
-        if record := completed(job_dir(committed, experiment, seed, variant)):
-            return f"skip {experiment} seed {seed} ({record['status']}, committed in {committed})"
-    # a run parked on another machine (scripts/collect_runs.py --unfinished) resumes here from its last.ckpt
-    if unfinished is not None and restore(job_dir(unfinished, experiment, seed, variant), run_dir):
-        print(f"resume {experiment} seed {seed} from {job_dir(unfinished, experiment, seed, variant)}", flush=True)
+        return (_finished_elsewhere(experiment, seed, record, run_dir, overrides)
+                or f"skip {experiment} seed {seed} ({record['status']})")
+    # a record kept in the repository is the job's result: the job is skipped, and an unfinished run of it left
+    # here (a machine that started it before it finished elsewhere) is not resumed, only named -- its record
+    # would replace the kept one when collected
+    if committed is not None and (record := completed(job_dir(committed, experiment, seed, variant))):
+        kept = job_dir(committed, experiment, seed, variant)
+        if failure := _finished_elsewhere(experiment, seed, record, kept, overrides):
+            return failure
+        left = (f"; the unfinished run in {run_dir} is left as it is (remove it, or pass COMMITTED= / no "
+                "--committed to resume it)") if (run_dir / "checkpoints").exists() else ""
+        return f"skip {experiment} seed {seed} ({record['status']}, committed in {committed}{left})"
+    # a run parked on another machine (scripts/collect_runs.py --unfinished) resumes here from its last.ckpt; one
+    # further along than the run here replaces it (set aside in the run folder's superseded/)
+    if unfinished is not None:
+        parked = job_dir(unfinished, experiment, seed, variant)
+        try:
+            behind = (run_dir / LAST).is_file() and (parked / LAST).is_file() and progress(parked / LAST) > progress(
+                run_dir / LAST)
+            restored = restore(parked, run_dir, replace_behind=True)
+        except Exception as error:  # noqa: BLE001 - a bad copy is this job's failure, named
+            return (f"FAILED {experiment} seed {seed}: the parked copy {parked} could not be read ({type(error).__name__}:"
+                    f" {error}); remove it, or pass UNFINISHED= / no --unfinished to run without it")
+        if restored:
+            aside = " (further along than the run here, which is set aside in its superseded/)" if behind else ""
+            print(f"resume {experiment} seed {seed} from {parked}{aside}", flush=True)
     extra = []
     if experiment in DEPENDS_ON:
         source, key = DEPENDS_ON[experiment]
@@ -123,6 +210,10 @@ def _claimed_job(out: Path, experiment: str, seed: int, overrides: list[str], th
             finished[(source, seed)].wait()
         wait_while_claimed(out, source, seed, variant)  # another lane (process) may be running it: wait for it too
         record = completed(job_dir(out, source, seed, variant))
+        if record is None and committed is not None and completed(job_dir(committed, source, seed, variant)):
+            return (f"FAILED {experiment} seed {seed}: it needs the checkpoint of {source} seed {seed}, which "
+                    f"finished elsewhere: only its record is kept (in {committed}), not its checkpoints. Run "
+                    f"{source} here again (COMMITTED= / no --committed) or point {key} at its checkpoint")
         if record is None or record["status"] != "completed":
             return f"FAILED {experiment} seed {seed}: {source} seed {seed} has not completed in {out}"
         source_dir = job_dir(out, source, seed, variant)
@@ -158,6 +249,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be >= 1 (or left out: cores / jobs), got {args.threads}")
+    for name, values in (("--seeds", args.seeds), ("--experiments", args.experiments)):
+        if twice := sorted({str(v) for v in values if values.count(v) > 1}):
+            # two threads of one process would both hold the job's claim (a POSIX lock is the process's)
+            parser.error(f"{name} lists {', '.join(twice)} more than once")
+    if bad := [e for e in args.experiments if e.startswith("/") or ".." in Path(e).parts or "\\" in e]:
+        parser.error(f"--experiments takes names of configs/experiment/<family>/<row>.yaml, not paths: {bad}")
+    from canonical_network.utils.config import check_experiment_names
+
+    try:  # before any folder is made: a typo would otherwise leave a run folder and a claim per seed
+        check_experiment_names([*(f"experiment={e}" for e in args.experiments), *args.overrides],
+                               command="run_protocol.py")
+    except SystemExit as error:
+        print(error, file=sys.stderr)
+        return 2
     if args.variant and not args.variant.replace("_", "").replace("-", "").replace(".", "").isalnum():
         parser.error(f"--variant must be a plain folder name (letters, digits, _ - .), got {args.variant!r}")
     committed = Path(args.committed) if args.committed else None

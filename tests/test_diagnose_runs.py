@@ -131,3 +131,26 @@ def test_upgrade_diagnoses_an_older_format_again_into_a_folder_of_its_own(tmp_pa
     kept = tmp_path / "kept" / run.relative_to(src)
     assert (kept / DIAGNOSIS_FILE).read_text() == first
     assert diagnosed_metrics(kept) == metrics
+
+
+def test_a_run_another_process_diagnoses_is_left_to_it(tmp_path, monkeypatch):
+    """Two symmetrization lanes walk the same runs: both used to start the same diagnosis into the same folder.
+    A run whose claim is held is skipped as busy; once free, a diagnosis finished meanwhile is seen under the
+    claim and not repeated."""
+    import diagnose_runs
+
+    from canonical_network.records import DIAGNOSIS_FORMAT
+    from tests.helpers import hold_lock
+
+    src = tmp_path / "src"
+    run = src / "rotmnist" / "cn_p16" / "sym_canonical_ep30" / "seed2"
+    _run(run, diagnosis=None)
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "epoch_028.ckpt").write_bytes(b"")
+    calls = []
+    monkeypatch.setattr(diagnose_runs.subprocess, "call", _fake_diagnose(calls, {"format": DIAGNOSIS_FORMAT}))
+    with hold_lock(run / diagnose_runs.CLAIM):
+        assert diagnose_runs.main([str(src), "--match", "*/*/*/seed*"]) == 0
+    assert calls == []
+    assert diagnose_runs.main([str(src), "--match", "*/*/*/seed*"]) == 0
+    assert len(calls) == 1 and (run / DIAGNOSIS_FILE).is_file()

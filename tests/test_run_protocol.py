@@ -61,8 +61,9 @@ def test_collect_copies_only_the_records_of_completed_runs(tmp_path):
 
 
 def test_collect_never_leaves_another_runs_diagnosis_beside_a_new_record(tmp_path):
-    """A run started again here replaces the committed record of its job: the old run's diagnosis goes with it
-    (else the report would read run A's figures as run B's); the same record collected twice keeps its own."""
+    """A run started again here replaces the committed record of its job only when asked (``replace``): without
+    it the kept record stays and the run is listed; with it the old run's diagnosis goes with it (else the report
+    would read run A's figures as run B's); the same record collected twice keeps its own."""
     sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
     from collect_runs import collect
 
@@ -78,7 +79,11 @@ def test_collect_never_leaves_another_runs_diagnosis_beside_a_new_record(tmp_pat
     (run / "csv" / "metrics.csv").write_text("epoch\n0\n")
     (tmp_path / "src" / "nbody" / "gnn" / "seed1").mkdir()
     (tmp_path / "src" / "nbody" / "gnn" / "seed1" / "results.json").write_text("{\"status\": \"compl")  # cut short
-    assert collect(tmp_path / "src", tmp_path / "dst") == [kept]
+    refused = []
+    assert collect(tmp_path / "src", tmp_path / "dst", refused=refused) == []
+    assert refused == [(run, kept / "results.json")]
+    assert json.loads((kept / "results.json").read_text())["run"] == "A" and diagnosis_files(kept)
+    assert collect(tmp_path / "src", tmp_path / "dst", replace=True) == [kept]
     assert json.loads((kept / "results.json").read_text())["run"] == "B"
     assert diagnosis_files(kept) == [] and (kept / "csv" / "metrics.csv").read_text() == "epoch\n0\n"
     # B's own diagnosis, once made, is kept by every later collect of the same record
@@ -92,7 +97,7 @@ def test_collect_never_leaves_another_runs_diagnosis_beside_a_new_record(tmp_pat
     (run / "csv" / "metrics.csv").unlink()
     (kept / "csv" / "metrics.csv").unlink()
     (run / "results.json").write_text(json.dumps({"status": "completed", "run": "C"}))
-    assert collect(tmp_path / "src", tmp_path / "dst") == [kept]
+    assert collect(tmp_path / "src", tmp_path / "dst", replace=True) == [kept]
     assert json.loads((kept / "results.json").read_text())["run"] == "C"
 
 
@@ -140,9 +145,11 @@ def test_variants_get_their_own_folders(tmp_path):
     assert proc.returncode == 2 and "--variant must be a plain folder name" in proc.stderr
 
 
-def test_a_committed_record_counts_as_finished_unless_a_run_started_here(tmp_path):
+def test_a_committed_record_counts_as_finished_even_where_a_run_started_here(tmp_path):
     """A fresh machine has no run folders: with --committed, a job whose final record is kept in the repository
-    is skipped; a failed kept record does not count, and a job with a started folder under --out resumes there."""
+    is skipped; a failed kept record does not count. An unfinished run of the job left here (started before the
+    job finished elsewhere) is named and left alone, not resumed: it used to be, hours of training redone, and
+    its record then replaced the kept one. Without --committed it resumes."""
     kept, out = tmp_path / "kept", tmp_path / "out"
     for seed, status in ((0, "completed"), (1, "failed")):
         (kept / "rotmnist" / "cnn" / f"seed{seed}").mkdir(parents=True)
@@ -163,7 +170,8 @@ def test_a_committed_record_counts_as_finished_unless_a_run_started_here(tmp_pat
         assert first[1].startswith("done rotmnist/cnn seed 1") and len(calls) == 1
         (out / "rotmnist" / "cnn" / "seed0" / "checkpoints").mkdir(parents=True)  # a run of seed 0 started here
         again = run_protocol.run_job(out, "rotmnist/cnn", 0, [], 1, finished, "", kept)
-        assert again.startswith("done rotmnist/cnn seed 0") and len(calls) == 2
+        assert again.startswith(f"skip rotmnist/cnn seed 0 (completed, committed in {kept}; the unfinished run in ")
+        assert "is left as it is" in again and len(calls) == 1
         assert run_protocol.run_job(out, "rotmnist/cnn", 0, [], 1, finished, "", None).startswith("done")
     finally:
         run_protocol.subprocess.call = original
@@ -236,3 +244,71 @@ def test_a_dependent_job_waits_for_its_source_run_by_another_lane(tmp_path, monk
         thread.join()
     assert message.startswith("done rotmnist/cn_pretrained seed 0"), message
     assert any(arg.startswith("canonicalization.checkpoint=") for arg in calls[0])
+
+
+def _record(folder, **config):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps({"status": "completed", "config": config}))
+
+
+def test_a_finished_record_of_another_protocol_is_not_taken_for_the_job(tmp_path):
+    """A stage rerun with a budget set by an environment variable (FA_EPOCHS=1000 over the 200-epoch records of the
+    same folders) used to print "skip ... (completed)" and never run the protocol asked for. A finished record,
+    here or kept, whose config contradicts a plain override of the call is now the job's FAILED line, naming the
+    setting; how or where the job runs (compile=, the logger, hydra.*) is not compared, and 1e-3 is 0.001."""
+    import threading
+
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    import run_protocol
+
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    _record(out / "nbody" / "fa_gnn" / "seed0", trainer={"max_epochs": 200}, model={"optimizer": {"lr": 0.001}},
+            callbacks={"early_stopping": None})
+    _record(kept / "nbody" / "fa_gnn" / "seed1", trainer={"max_epochs": 200}, compile=False)
+    finished = {("nbody/fa_gnn", s): threading.Event() for s in (0, 1)}
+    same = ["trainer.max_epochs=200", "model.optimizer.lr=1e-3", "callbacks.early_stopping=null", "compile=true",
+            "logger=csv", "hydra.run.dir=x", "+new.key=1", "data.unknown=3"]
+    assert run_protocol.run_job(out, "nbody/fa_gnn", 0, same, 1, finished) == "skip nbody/fa_gnn seed 0 (completed)"
+    assert run_protocol.run_job(out, "nbody/fa_gnn", 1, same, 1, finished, "", kept).startswith(
+        "skip nbody/fa_gnn seed 1 (completed, committed in")
+    for seed, committed in ((0, None), (1, kept)):
+        message = run_protocol.run_job(out, "nbody/fa_gnn", seed, ["trainer.max_epochs=1000"], 1, finished, "",
+                                       committed)
+        assert message.startswith(f"FAILED nbody/fa_gnn seed {seed}: its finished record in ")
+        assert "trainer.max_epochs=1000 asked, 200 in the record" in message and "--variant" in message
+    assert not (out / "commands.log").exists()  # nothing was run
+
+
+def test_bad_job_lists_are_refused_before_anything_is_written(tmp_path):
+    """Duplicate seeds or experiments (two threads of one process would both hold the job's claim), unknown
+    experiment names and paths are refused by the argument check: one line naming the value, exit 2, no folder."""
+    out = tmp_path / "out"
+    cases = [(["--seeds", "0", "0", "--experiments", "nbody/linear"], "--seeds lists 0 more than once"),
+             (["--experiments", "nbody/linear", "nbody/linear"], "--experiments lists nbody/linear more than once"),
+             (["--experiments", "../../escape"], "not paths: ['../../escape']"),
+             (["--experiments", "nbody/cn_gnm"], "experiment=nbody/cn_gnm does not exist"),
+             (["--threads", "0", "--experiments", "nbody/linear"], "--threads must be >= 1")]
+    for arguments, message in cases:
+        proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), *arguments, "--", "trainer.max_epochs=1"],
+                              cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr, (arguments, proc.stderr[-2000:])
+        assert "Did you mean: nbody/cn_gnn" in proc.stderr or "cn_gnm" not in message
+    assert not out.exists() and not (tmp_path / "escape").exists()
+
+
+def test_a_dependent_whose_source_finished_elsewhere_says_so(tmp_path):
+    """rotmnist/cn_pretrained reads the checkpoint of the rotmnist/cn_p64 run of its seed; when that run was
+    skipped as kept in the repository (its checkpoints are not), the message says so instead of "has not
+    completed"."""
+    import threading
+
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    import run_protocol
+
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    _record(kept / "rotmnist" / "cn_p64" / "seed0")
+    out.mkdir()
+    finished = {("rotmnist/cn_pretrained", 0): threading.Event()}
+    message = run_protocol.run_job(out, "rotmnist/cn_pretrained", 0, [], 1, finished, "", kept)
+    assert message.startswith("FAILED rotmnist/cn_pretrained seed 0: it needs the checkpoint of rotmnist/cn_p64 "
+                              "seed 0, which finished elsewhere"), message

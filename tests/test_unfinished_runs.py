@@ -226,3 +226,54 @@ def test_a_refused_command_never_deletes_the_folder_of_a_run_that_holds_it(tmp_p
         assert not remove_unused_run_folder(run_dir)
         assert (run_dir / ".hydra").is_dir()
     assert remove_unused_run_folder(run_dir) and not run_dir.exists()
+
+
+def test_a_parked_copy_further_along_replaces_an_older_run_here(tmp_path):
+    """A machine that still holds an old start of a job (epoch ~5) whose parked copy carried on elsewhere (epoch
+    ~1,760) resumes from the parked copy; the old run's files go to superseded/. A run here that is as far or
+    further along is never replaced, and without replace_behind nothing with a last.ckpt is."""
+    kept, run_dir = tmp_path / "kept" / "run", tmp_path / "out" / "run"
+    _fake_run(kept, step=52_800)
+    _fake_run(run_dir, step=150)
+    assert not restore(kept, run_dir)  # the default: a run that checkpointed here is left alone
+    assert restore(kept, run_dir, replace_behind=True)
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt")["global_step"] == 52_800
+    (aside,) = (run_dir / "superseded").iterdir()
+    assert torch.load(aside / "checkpoints" / "last.ckpt")["global_step"] == 150
+    assert not restore(kept, run_dir, replace_behind=True)  # as far along now: nothing to do
+
+
+def test_run_protocol_reports_an_unreadable_parked_copy_as_that_jobs_failure(tmp_path):
+    """A parked last.ckpt cut short (a bad transfer) used to end the whole call with a torch traceback naming no
+    folder, and the other jobs' lines were never printed; it is now that job's FAILED line, naming the copy."""
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    import run_protocol
+
+    kept, out = tmp_path / "kept", tmp_path / "out"
+    _fake_run(kept / "nbody" / "gnn" / "seed0")
+    _fake_run(out / "nbody" / "gnn" / "seed0", step=5)
+    last = kept / "nbody" / "gnn" / "seed0" / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:100])
+    finished = {("nbody/gnn", 0): threading.Event()}
+    message = run_protocol.run_job(out, "nbody/gnn", 0, [], 1, finished, "", None, kept)
+    assert message.startswith(f"FAILED nbody/gnn seed 0: the parked copy {kept / 'nbody' / 'gnn' / 'seed0'} "
+                              "could not be read"), message
+    assert finished[("nbody/gnn", 0)].is_set()
+
+
+def test_collect_refuses_folders_that_overlap(tmp_path):
+    """--unfinished pointed at the runs' own folder used to delete every finished run there (each was taken for a
+    parked copy "finished since"): overlapping folders are refused before anything is touched."""
+    src = tmp_path / "out"
+    _fake_run(src / "nbody" / "linear" / "seed0", status="completed")
+    _fake_run(src / "nbody" / "gnn" / "seed0")
+    script = str(PROJECT_ROOT / "scripts" / "collect_runs.py")
+    for dest, unfinished in ((tmp_path / "records", src), (tmp_path / "records", src / "parked"), (src, None),
+                             (tmp_path / "records", tmp_path / "records")):
+        proc = subprocess.run([sys.executable, script, str(src), str(dest),
+                               *(["--unfinished", str(unfinished)] if unfinished else [])],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "must be apart" in proc.stderr, proc.stderr
+    assert (src / "nbody" / "linear" / "seed0" / "results.json").is_file()
+    assert (src / "nbody" / "gnn" / "seed0" / ".hydra" / "config.yaml").is_file()
+    assert not (tmp_path / "records").exists()

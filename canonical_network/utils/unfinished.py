@@ -74,6 +74,16 @@ def progress(checkpoint: Path) -> tuple[int, int]:
     return int(state.get("global_step", -1)), int(state.get("epoch", -1))
 
 
+def check_apart(source: Path, dest: Path, what: str = "the folder of parked copies") -> None:
+    """Refuse (ValueError naming both) when ``dest`` is ``source`` or one lies inside the other: parking into
+    the runs' own folder would take every finished run for a copy "finished since" and delete it, and a folder
+    inside the other would park the copies as runs again on the next call."""
+    a, b = Path(source).resolve(), Path(dest).resolve()
+    if a == b or a in b.parents or b in a.parents:
+        raise ValueError(f"{what} {dest} and {source} must be apart (neither the same folder nor one inside the "
+                         "other): e.g. outputs/reproduction, docs/reproduction/runs and docs/reproduction/unfinished")
+
+
 class Parked(NamedTuple):
     """What :func:`park` did: the copies it wrote, the copies it removed (their runs have finished) and the runs
     it left alone because the copy already parked is further along (``(run, copy)`` pairs)."""
@@ -94,6 +104,7 @@ def park(source: Path, dest: Path, attempts: int = 5) -> Parked:
     not be put back): that run is listed in ``behind``.
     Returns :class:`Parked` (parked run folders, removed copies, runs behind their copies)."""
     source, dest = Path(source), Path(dest)
+    check_apart(source, dest)
     parked, behind = [], []
     for run in unfinished_runs(source):
         target = dest / run.relative_to(source)
@@ -164,9 +175,11 @@ def relocate(checkpoint: Path, old_dir: str, new_dir: Path) -> bool:
     return changed
 
 
-def restore(parked: Path, run_dir: Path) -> bool:
+def restore(parked: Path, run_dir: Path, replace_behind: bool = False) -> bool:
     """Put the parked run ``parked`` into ``run_dir`` unless a run has checkpointed there (``last.ckpt``) or
-    finished there, with its checkpoint paths moved to ``run_dir``; returns whether it did.
+    finished there, with its checkpoint paths moved to ``run_dir``; returns whether it did. With
+    ``replace_behind``, a run there whose ``last.ckpt`` is behind the parked one (:func:`progress`: an old start
+    on this machine, the parked copy carried on elsewhere) is replaced too, its files set aside as below.
 
     All or nothing: the checkpoints are staged in ``checkpoints.partial/`` beside ``checkpoints/`` and renamed into
     place last, so an interrupted restore leaves no ``last.ckpt`` and is simply done again by the next one. What
@@ -175,11 +188,17 @@ def restore(parked: Path, run_dir: Path) -> bool:
     the parked files (the parked run's history is the one that resumes), never deleted. Done under the run
     folder's lock: never while a run trains there."""
     parked, run_dir = Path(parked), Path(run_dir)
-    if not (parked / LAST).is_file() or (run_dir / LAST).is_file() or final_status(run_dir) is not None:
+
+    def taken() -> bool:  # a run here that the parked copy must not replace
+        if not (run_dir / LAST).is_file():
+            return False
+        return not replace_behind or progress(run_dir / LAST) >= progress(parked / LAST)
+
+    if not (parked / LAST).is_file() or final_status(run_dir) is not None or taken():
         return False
     run_dir.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(run_dir / LOCK_FILE) as holder:  # the lock a run holds while it trains in the folder
-        if holder is not None or (run_dir / LAST).is_file():
+        if holder is not None or final_status(run_dir) is not None or taken():
             return False
         _restore_into(parked, run_dir)
     return True
@@ -199,7 +218,7 @@ def _restore_into(parked: Path, run_dir: Path) -> None:
         moved.parent.mkdir(parents=True, exist_ok=True)
         os.replace(path, moved)
 
-    if (run_dir / "checkpoints").exists():  # checkpoints without last.ckpt: a first epoch cut short
+    if (run_dir / "checkpoints").exists():  # a first epoch cut short, or a run behind the parked one
         set_aside(run_dir / "checkpoints")
     for path in sorted(p for p in parked.rglob("*") if p.is_file()):
         relative = path.relative_to(parked)

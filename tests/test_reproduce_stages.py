@@ -1,0 +1,83 @@
+"""scripts/reproduce.sh: the folders a stage's settings give its runs, and its errors. The script's Python is
+replaced by a stand-in that prints each run_protocol.py call instead of training (others go to the real one)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from canonical_network.utils.config import PROJECT_ROOT
+
+SCRIPT = PROJECT_ROOT / "scripts" / "reproduce.sh"
+
+
+@pytest.fixture
+def stand_in(tmp_path):
+    path = tmp_path / "python"
+    path.write_text(f"""#!/usr/bin/env bash
+if [[ "$1" == scripts/run_protocol.py || "$1" == "-m" ]]; then echo "CALL $*"; exit 0; fi
+exec {sys.executable} "$@"
+""")
+    path.chmod(0o755)
+    return path
+
+
+def _stage(stand_in, tmp_path, *arguments, **settings):
+    env = {**os.environ, "PY": str(stand_in), "OUT": str(tmp_path / "out"), "COMMITTED": "", "UNFINISHED": "",
+           **settings}
+    return subprocess.run(["bash", str(SCRIPT), *arguments], cwd=PROJECT_ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _variants(stdout: str, experiment: str) -> list[str]:
+    found = []
+    for line in stdout.splitlines():
+        words = line.split()
+        if line.startswith("CALL scripts/run_protocol.py") and experiment in words:
+            found.append(words[words.index("--variant") + 1] if "--variant" in words else "")
+    return found
+
+
+def test_a_budget_away_from_its_default_gets_folders_of_its_own(stand_in, tmp_path):
+    """FA_EPOCHS=1000 used to run FA-GNN into the 200-epoch runs' folders, whose records then counted as done;
+    PC_TRAIN and PC_EPOCHS likewise for the point-cloud budget's. The defaults keep their folders."""
+    default = _stage(stand_in, tmp_path, "nbody")
+    assert default.returncode == 0, default.stderr
+    assert _variants(default.stdout, "nbody/fa_gnn") == [""]
+    longer = _stage(stand_in, tmp_path, "nbody", FA_EPOCHS="1000")
+    assert _variants(longer.stdout, "nbody/fa_gnn") == ["ep1000"]
+    assert "trainer.max_epochs=1000" in next(line for line in longer.stdout.splitlines() if "nbody/fa_gnn" in line)
+
+    pc = _stage(stand_in, tmp_path, "pointclouds-cpu")
+    assert set(_variants(pc.stdout, "modelnet/pointnet")) == {"pts256_z_z", "pts256_z_so3", "pts256_so3_so3"}
+    bigger = _stage(stand_in, tmp_path, "pointclouds-cpu", PC_TRAIN="4000", PC_EPOCHS="12")
+    assert set(_variants(bigger.stdout, "modelnet/pointnet")) == {"pts256_n4000_z_z_ep12", "pts256_n4000_z_so3_ep12",
+                                                                "pts256_n4000_so3_so3_ep12"}
+    adapt = _stage(stand_in, tmp_path, "adapt-mnist", ADAPT_EPOCHS="30")
+    assert set(_variants(adapt.stdout, "adapt_mnist/resnet18")) == {"ep30"}
+
+
+def test_the_diagnose_stage_skips_rows_without_a_completed_run(stand_in, tmp_path):
+    """It used to end at the first row without checkpoints, silently with exit 2 (``ls`` failing under
+    ``set -o pipefail``), and to diagnose the best-so-far checkpoint of a run still training."""
+    training = tmp_path / "out" / "rotmnist" / "cn_p64" / "seed1" / "checkpoints"
+    training.mkdir(parents=True)
+    (training / "epoch_003.ckpt").write_bytes(b"a run still training")
+    proc = _stage(stand_in, tmp_path, "diagnose")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("skip ") == 6 and "CALL" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize(("arguments", "settings", "message"), [
+    (["nbody-papr"], {}, "unknown stage 'nbody-papr'; the stages: rotmnist "),
+    (["nbody", "--seeds=5"], {}, "one stage at a time; got 'nbody --seeds=5'"),
+    (["nbody"], {"JOBS": "0"}, "JOBS must be a whole number >= 1, got '0'"),
+    (["nbody"], {"THREADS": "one"}, "THREADS must be a whole number >= 1, got 'one'"),
+])
+def test_bad_stages_and_settings_get_one_clear_error(stand_in, tmp_path, arguments, settings, message):
+    proc = _stage(stand_in, tmp_path, *arguments, **settings)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+    assert "CALL" not in proc.stdout
