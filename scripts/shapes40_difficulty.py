@@ -5,8 +5,8 @@ extremely randomised trees, beside the DGCNN runs that exist.
     python scripts/shapes40_difficulty.py --settings shapes40_1024 --seeds 0 --json /tmp/difficulty.json
 
 Issue 37 asks for a 40-class set on which DGCNN under z/z lands between 85 and 95 % at 1,024 points, so that
-Table 4's finer claims can resolve; DGCNN trained to convergence there costs ~75 CPU-hours (docs/measurements.md),
-which this machine cannot give. What it can give in minutes is a floor from a model that sees no learned
+Table 4's finer claims can resolve; DGCNN trained to convergence there is a GPU job (its training step on this
+CPU: docs/measurements.md), which this machine cannot give. What it can give in minutes is a floor from a model that sees no learned
 features: each cloud becomes a vector of statistics that a turn about z leaves unchanged (:func:`features`), and
 scikit-learn's ``ExtraTreesClassifier`` learns the classes from the training split. The clouds are exactly those
 the training runs see: each setting composes ``experiment=modelnet/dgcnn`` with its data overrides and

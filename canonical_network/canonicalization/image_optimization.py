@@ -11,7 +11,8 @@ exact and cheap, so s(θ, x) = E(R_θ⁻¹ x) needs no image interpolation; only
 resampled (kornia, bilinear). The authors' code also feeds each pixel's intensity to φ as a feature
 (``intensity_feature: true``). We do not by default: a digit rotated by a non-grid angle is resampled, which
 blurs the per-pixel intensities but nearly preserves intensity-weighted averages of smooth functions, so the
-feature makes E, and hence its minimiser, sensitive to interpolation (measured: ``docs/measurements.md``).
+feature makes E, and hence its minimiser, sensitive to interpolation (swept by hand, not recorded:
+``docs/measurements.md``).
 
 Descent. ``steps`` gradient-descent steps of size ``step_size`` on the angle θ in radians (paper: 5 steps,
 learning rate 0.1), from ``num_starts`` evenly spaced angles; the start with the lowest final energy wins.
@@ -37,8 +38,8 @@ default 1 / (steps · step_size): the gradient is then at most steps · step_siz
 of the unrolled descent on a flat energy.
 
 How closely the found angle follows a rotated input, with the defaults, more starts, or the intensity
-feature, is measured in ``docs/measurements.md``: the digits it misses are those whose energy is flat around
-its minimum, where resampling moves the minimum by several degrees.
+feature, was swept by hand and not recorded; ``docs/measurements.md`` says what the tests check. The digits it
+missed there were those whose energy is flat around its minimum, where resampling moves the minimum.
 """
 
 from __future__ import annotations

@@ -311,7 +311,7 @@ class ShapeNetPartDataModule(DownloadableDataModule, PointCloudDataModule):
                 continue
             category = synsets[synset]
             # np.fromstring with a separator parses whitespace-separated text in C, far faster than loadtxt
-            # (docs/measurements.md).
+            # (timed by hand, not recorded: docs/measurements.md).
             table = np.fromstring(path.read_text(), dtype=np.float32, sep=" ")
             if table.size == 0 or table.size % 7:
                 problems.append(

@@ -144,9 +144,10 @@ class PairKernel(nn.Module):
     each of its paths is a one-path e3nn tensor product with that path's normalisation constant, fed its slice of
     the radial weights by ``split``. The result is the fully connected product's, summed in its order (the tests
     compare them bit for bit); what changes is the backward: e3nn slices one per-edge weight tensor per path,
-    and autograd turns each slice into a zero-filled tensor of the whole width, summed path by path, which was
-    a third of a CPU training step of the SE(3)-Transformer (docs/measurements.md, "N-body rows quoted from the
-    EGNN paper"); ``split``'s backward is one concatenation. Narrow kernels (TFN's) call the product itself:
+    and autograd turns each slice into a zero-filled tensor of the whole width, summed path by path, a large
+    share of a CPU training step of the SE(3)-Transformer in a ``torch.profiler`` run by hand (not recorded;
+    what the split saves: docs/measurements.md, "Each pair kernel by paths"); ``split``'s backward is one
+    concatenation. Narrow kernels (TFN's) call the product itself:
     their fills are small, and splitting them showed no clear gain (the same measurement, which times both ways).
 
     Shapes: ``x`` ``(E, mul_in · (2 l_in + 1))``, ``harmonics`` ``(E, irreps_sh.dim)``, ``distance`` ``(E, 1)``
@@ -196,9 +197,9 @@ class EdgeKernel(nn.Module):
     ``K(R r) D_in(R) h = D_out(R) K(r) h``.
 
     Why per pair rather than one tensor product over all degrees with one radial MLP (e3nn's convolution
-    examples, the same kind of kernel): besides following the reference, it is several times faster to train on
-    a CPU, where the backward of e3nn's per-path slices of one wide per-edge weight tensor dominates
-    (docs/measurements.md, "N-body rows quoted from the EGNN paper").
+    examples, the same kind of kernel): besides following the reference, it trained faster on a CPU in a hand
+    timing, where the backward of e3nn's per-path slices of one wide per-edge weight tensor dominates (not
+    recorded: docs/measurements.md, "N-body rows quoted from the EGNN paper").
 
     Args:
         irreps_in: irreps of ``h``, one entry per degree (as :func:`hidden_irreps`).
