@@ -31,6 +31,10 @@ A block sits between ``<!-- generated:<name> -->`` and ``<!-- /generated:<name> 
   ``docs/benchmarks/shapes40_difficulty.json``;
 * ``authors-nbody``: the authors' N-body code run on our data (``docs/nbody.md``), from its per-epoch logs in
   ``docs/reproduction/reference/authors-nbody/``;
+* ``escnn-build``: time and peak memory of building the C64 escnn models (``docs/measurements.md``), from the
+  record ``scripts/benchmark_escnn_build.py`` wrote to ``docs/benchmarks/escnn_build.json``;
+* ``nbody-generation``: how long generating the N-body data takes (``docs/measurements.md``), from the record
+  ``scripts/benchmark_nbody_generation.py`` wrote to ``docs/benchmarks/nbody_generation.json``;
 * ``run-costs``: what the committed runs of each table row cost (``docs/measurements.md``), from their records in
   ``docs/reproduction/runs/`` (``scripts/collect_runs.py`` puts them there).
 """
@@ -543,6 +547,80 @@ def run_costs(root: Path = RUN_RECORDS) -> list[str]:
     return lines
 
 
+#: the record the ``escnn-build`` block renders (``scripts/benchmark_escnn_build.py``)
+ESCNN_BUILD = PROJECT_ROOT / "docs" / "benchmarks" / "escnn_build.json"
+
+
+def _spread(stats: dict, unit: str, digits: int = 1) -> str:
+    """``"2.4 s (2.3–2.6)"``: a median and its range over a benchmark's repeats (the median alone when they agree)."""
+    low, mid, high = (f"{stats[k]:,.{digits}f}" for k in ("min", "median", "max"))
+    return f"{mid} {unit}" + ("" if low == high else f" ({low}–{high})")
+
+
+def escnn_build(path: Path = ESCNN_BUILD) -> list[str]:
+    """Per escnn build of the C64 models: its time and peak memory in a fresh process (median and range over the
+    repeats), the checkpoint buffers it carries, and the largest intermediate escnn's own basis normalisation
+    would have formed; how the record was made."""
+    record = json.loads(path.read_text())
+    lines = ["| build | parameters | CPU time of building | wall time | resident before building "
+             "| peak resident memory (imports included) | state-dict buffers (sampled bases) "
+             "| escnn's (B, O, O, P) intermediate, largest (computed, not formed) | builds |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in record["builds"].values():
+        if not row.get("finished"):
+            lines.append(f"| {row['what']} | not measured: {'; '.join(row.get('errors', []))} | | | | | | | "
+                         f"0 of {row['repeats']} |")
+            continue
+        before = sorted(run["rss_before_mb"] for run in row["runs"] if "error" not in run)
+        params = "–" if row["params"] is None else f"{row['params']:,}"
+        buffers = "–" if row["buffers_mb"] is None else f"{row['buffers_mb']:,.0f} MB"
+        lines.append(f"| {row['what']} | {params} | {_spread(row['build_cpu_s'], 's')} | "
+                     f"{_spread(row['build_s'], 's')} | {before[(len(before) - 1) // 2]:,.0f} MB | "
+                     f"{_spread(row['peak_rss_mb'], 'MB', 0)} | {buffers} | "
+                     f"{row['intermediate_max_mb']:,.0f} MB (of {row['bases']} bases) | "
+                     f"{row['finished']} of {row['repeats']} |")
+    added = record["escnn_cache_files_added"]
+    cache = ("every build on a warm escnn cache (the run added no file to it)" if added == 0 else
+             f"the run added {added:,} files to escnn's cache: its first builds include filling it")
+    lines += ["", f"Measured {record['created'][:10]} by `{record['command']}` on {record['machine']}, torch "
+                  f"{record['torch']}, escnn {record['escnn']}, load average {record['load_start']:.1f} at the start "
+                  f"and {record['load_end']:.1f} at the end" + (f" ({record['conditions']})" if record["conditions"]
+                                                                 else "")
+                  + f": each build in a fresh process, the builds taking turns; median (range) over its builds; "
+                  f"{cache}. Times: `hydra.utils.instantiate(cfg.model)` (or the one call), after the imports; on a "
+                  "loaded machine the wall time is mostly waiting, the CPU time is the process's own. Memory: "
+                  "`VmHWM` of the process and its resident memory before building; buffers: the bytes of the "
+                  "state dict that are not parameters, which every checkpoint carries; intermediate: B·O·O·P "
+                  "elements of the largest basis the build normalised, at its dtype, which "
+                  "`canonical_network/utils/escnn_compat.py` (fix 2) never forms."]
+    return lines
+
+
+#: the record the ``nbody-generation`` block renders (``scripts/benchmark_nbody_generation.py``)
+NBODY_GENERATION = PROJECT_ROOT / "docs" / "benchmarks" / "nbody_generation.json"
+
+
+def nbody_generation(path: Path = NBODY_GENERATION) -> list[str]:
+    """How long generating the N-body data took from scratch (median and range over the runs); how it was made."""
+    record = json.loads(path.read_text())
+    first = record["runs"][0]
+    sims = " / ".join(f"{n:,}" for n in first["simulations"].values())
+    same = {run["same_files_as_compare"] for run in record["runs"]}
+    check = ("yes, every run" if same == {True} else "no" if False in same else "not checked (no manifest there)")
+    lines = ["| data | simulations, training / validation / test | wall time | CPU time of the process "
+             "| pair dot products | same files as `data/nbody`'s manifest | runs |", "|---|---|---:|---:|---|---|---:|",
+             f"| `{record['dataset']}` | {sims} | {_spread(record['wall_s'], 's')} | {_spread(record['cpu_s'], 's')} "
+             f"| {first['dot_products']} | {check} | {record['repeats']} |",
+             "", f"Measured {record['created'][:10]} by `{record['command']}` on {record['machine']}, torch "
+                 f"{record['torch']}, {record['threads']} torch thread(s), `OMP_NUM_THREADS` "
+                 f"{record['omp_num_threads'] or 'unset'}, load average {record['load_start']:.1f} at the start and "
+                 f"{record['load_end']:.1f} at the end" + (f" ({record['conditions']})" if record["conditions"] else "")
+                 + ": each run generates the whole dataset into a fresh temporary folder with the function the "
+                 "data module calls on first use; median (range) over the runs. On a loaded machine the wall time "
+                 "includes waiting for the cores; the CPU time is the process's own."]
+    return lines
+
+
 #: per-epoch logs of the authors' N-body code run on our data (``docs/reproduction/reference/authors-nbody/``)
 AUTHORS_NBODY = PROJECT_ROOT / "docs" / "reproduction" / "reference" / "authors-nbody"
 #: what each of those logs ran, in words
@@ -578,7 +656,8 @@ GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups
                                                    "compile-nbody": compile_nbody,
                                                    "tensor-field-step": tensor_field_step,
                                                    "shapes40-difficulty": shapes40_difficulty,
-                                                   "run-costs": run_costs, "authors-nbody": authors_nbody}
+                                                   "run-costs": run_costs, "authors-nbody": authors_nbody,
+                                                   "escnn-build": escnn_build, "nbody-generation": nbody_generation}
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 

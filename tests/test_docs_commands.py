@@ -215,3 +215,57 @@ def test_the_authors_nbody_table_reads_the_best_validation_epoch_of_each_log(tmp
         (tmp_path / name).write_text("epoch,valid_loss,test_mse,lr,elapsed_s\n" + rows)
     first, second = [line for line in authors_nbody(tmp_path) if line.startswith("| their") or line.startswith("| GNN")]
     assert first.endswith("| 3 | 2 | 0.10000 | 0.05000 |") and second.endswith("| 3 | 3 | 0.10000 | 0.05000 |")
+
+
+def test_the_escnn_build_table_shows_median_range_and_failed_builds(tmp_path):
+    """The ``escnn-build`` block: one row per build with its median (range) over the builds that finished, the
+    intermediate escnn would have formed, and a build that never finished shown as not measured."""
+    import json
+
+    from canonical_network.docs_blocks import escnn_build
+
+    def runs(cpu: list[float]) -> list[dict]:
+        return [{"build_s": 10 * c, "build_cpu_s": c, "rss_before_mb": 800.0, "peak_rss_mb": 1000.0 + c}
+                for c in cpu]
+
+    def stats(values: list[float]) -> dict:
+        return {"median": sorted(values)[len(values) // 2], "min": min(values), "max": max(values)}
+
+    record = {"created": "2026-11-30T18:00:00+00:00", "command": "python scripts/benchmark_escnn_build.py",
+              "machine": "CPU X, 2 cores, CPU", "torch": "2.x", "escnn": "1.0.11", "threads": 1, "load_start": 5.0,
+              "load_end": 6.0, "conditions": "two trainings beside it", "escnn_cache_files_added": 0, "builds": {
+                  "cn_p64": {"what": "CN(p64)", "repeats": 3, "finished": 3, "runs": runs([2.0, 3.0, 2.5]),
+                             "build_s": stats([20.0, 30.0, 25.0]), "build_cpu_s": stats([2.0, 3.0, 2.5]),
+                             "peak_rss_mb": stats([1002.0, 1003.0, 1002.5]), "params": 361706, "buffers_mb": 71.9,
+                             "bases": 2, "intermediate_max_mb": 9089.5},
+                  "cn_d64": {"what": "CN(d64)", "repeats": 1, "finished": 0, "runs": [{"error": "timed out"}],
+                             "errors": ["timed out after 300 s"]}}}
+    path = tmp_path / "escnn_build.json"
+    path.write_text(json.dumps(record))
+    lines = escnn_build(path)
+    assert lines[2] == ("| CN(p64) | 361,706 | 2.5 s (2.0–3.0) | 25.0 s (20.0–30.0) | 800 MB | 1,002 MB (1,002–1,003) "
+                        "| 72 MB | 9,090 MB (of 2 bases) | 3 of 3 |")
+    assert lines[3].startswith("| CN(d64) | not measured: timed out after 300 s |") and lines[3].endswith("0 of 1 |")
+    assert "warm escnn cache" in lines[-1] and "(two trainings beside it)" in lines[-1]
+
+
+def test_the_nbody_generation_table_says_whether_the_files_matched(tmp_path):
+    import json
+
+    from canonical_network.docs_blocks import nbody_generation
+
+    run = {"wall_s": 40.0, "cpu_s": 20.0, "generation_seconds": 40.0, "dot_products": "fused",
+           "same_files_as_compare": True, "simulations": {"train": 10000, "valid": 2000, "test": 2000}}
+    record = {"created": "2026-11-30T18:00:00+00:00", "command": "python scripts/benchmark_nbody_generation.py",
+              "machine": "CPU X, 2 cores, CPU", "torch": "2.x", "threads": 1, "omp_num_threads": "1",
+              "load_start": 5.0, "load_end": 6.0, "conditions": "", "dataset": "nbody_small", "repeats": 2,
+              "wall_s": {"median": 41.0, "min": 40.0, "max": 42.0}, "cpu_s": {"median": 20.0, "min": 20.0, "max": 20.0},
+              "runs": [run, {**run, "same_files_as_compare": None}]}
+    path = tmp_path / "nbody_generation.json"
+    path.write_text(json.dumps(record))
+    row = nbody_generation(path)[2]
+    assert row == ("| `nbody_small` | 10,000 / 2,000 / 2,000 | 41.0 s (40.0–42.0) | 20.0 s | fused "
+                   "| not checked (no manifest there) | 2 |")
+    record["runs"] = [run, run]
+    path.write_text(json.dumps(record))
+    assert "| yes, every run |" in nbody_generation(path)[2]

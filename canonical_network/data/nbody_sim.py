@@ -17,7 +17,7 @@ with the same operations in the same order as the reference:
 * the dot products ``x_i·x_j`` come from BLAS in the reference (``A.dot(A.T)``), which on CPUs with FMA
   computes ``fma(x_i2, x_j2, fma(x_i1, x_j1, x_i0·x_j0))``: a fused multiply-add that plain NumPy
   element-wise arithmetic cannot express. Calling BLAS per simulation (``np.matmul`` on a stack of (N, 3)
-  matrices) reproduces it but costs most of a step (``docs/measurements.md``). The fast path evaluates the same
+  matrices) reproduces it but is slower (a hand timing, not recorded: ``docs/measurements.md``). The fast path evaluates the same
   chain element-wise with ``torch.addcmul`` (fused on such CPUs) and is used only where a probe of
   thousands of random configurations shows it equal to ``np.matmul`` bit for bit
   (:func:`fused_dot_matches_blas`); otherwise BLAS is used;
