@@ -573,11 +573,11 @@ def escnn_build(path: Path = ESCNN_BUILD) -> list[str]:
             continue
         before = sorted(run["rss_before_mb"] for run in row["runs"] if "error" not in run)
         params = "–" if row["params"] is None else f"{row['params']:,}"
-        buffers = "–" if row["buffers_mb"] is None else f"{row['buffers_mb']:,.0f} MB"
+        buffers = "–" if row["buffers_mb"] is None else f"{row['buffers_mb']:,.0f} MiB"
         lines.append(f"| {row['what']} | {params} | {_spread(row['build_cpu_s'], 's')} | "
-                     f"{_spread(row['build_s'], 's')} | {before[(len(before) - 1) // 2]:,.0f} MB | "
-                     f"{_spread(row['peak_rss_mb'], 'MB', 0)} | {buffers} | "
-                     f"{row['intermediate_max_mb']:,.0f} MB (of {row['bases']} bases) | "
+                     f"{_spread(row['build_s'], 's')} | {before[(len(before) - 1) // 2]:,.0f} MiB | "
+                     f"{_spread(row['peak_rss_mb'], 'MiB', 0)} | {buffers} | "
+                     f"{row['intermediate_max_mb']:,.0f} MiB (of {row['bases']} bases) | "
                      f"{row['finished']} of {row['repeats']} |")
     added = record["escnn_cache_files_added"]
     cache = ("every build on a warm escnn cache (the run added no file to it)" if added == 0 else

@@ -243,8 +243,8 @@ def test_the_escnn_build_table_shows_median_range_and_failed_builds(tmp_path):
     path = tmp_path / "escnn_build.json"
     path.write_text(json.dumps(record))
     lines = escnn_build(path)
-    assert lines[2] == ("| CN(p64) | 361,706 | 2.5 s (2.0–3.0) | 25.0 s (20.0–30.0) | 800 MB | 1,002 MB (1,002–1,003) "
-                        "| 72 MB | 9,090 MB (of 2 bases) | 3 of 3 |")
+    assert lines[2] == ("| CN(p64) | 361,706 | 2.5 s (2.0–3.0) | 25.0 s (20.0–30.0) | 800 MiB | 1,002 MiB (1,002–1,003) "
+                        "| 72 MiB | 9,090 MiB (of 2 bases) | 3 of 3 |")
     assert lines[3].startswith("| CN(d64) | not measured: timed out after 300 s |") and lines[3].endswith("0 of 1 |")
     assert "warm escnn cache" in lines[-1] and "(two trainings beside it)" in lines[-1]
 

@@ -82,8 +82,8 @@ print(json.dumps({"seconds": seconds, "peak_mb": peak / 1024, "params": sum(p.nu
 
 
 def test_cn_p64_builds_in_bounded_time_and_memory():
-    # Before the lean normalisation this build peaked at ~10.6 GB (escnn's (B, 64, 64, 784) intermediate);
-    # now ~1.5 GB and ~6 s on a warm escnn cache. The timeout allows a cold cache on a slow CI machine.
+    # Before the lean normalisation escnn formed a (B, 64, 64, 784) intermediate here; its size and this build's
+    # time and peak now: docs/measurements.md (escnn-build). The timeout allows a cold cache on a slow CI machine.
     proc = subprocess.run([sys.executable, "-c", BUILD], capture_output=True, text=True, cwd=PROJECT_ROOT,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -9,9 +9,9 @@
 2. **Memory of large bases.** escnn normalises every sampled kernel basis (shape ``(B, O, I, P)``: basis
    elements, output and input size, grid points) in ``normalize_basis`` by forming all the products
    ``basis[b] · basis[b]ᵀ`` per grid point, a ``(B, O, O, P)`` tensor, and then keeping only its trace.
-   For a regular C64 field (O = 64) and an image-sized 28×28 kernel that intermediate alone is ~8 GB,
-   which dominated the memory of building CN(p64) and kept a D64 one (O = 128) from fitting in a
-   workstation's memory (the peaks measured before and after this fix: ``docs/measurements.md``). The trace
+   For a regular C64 field (O = 64) and an image-sized 28×28 kernel that intermediate alone is several GB
+   (its size, computed from the shapes, and the builds' peak memory with this fix: ``docs/measurements.md``),
+   and it grows as O² (O = 128 for a D64 field). The trace
    is the sum of the squared entries, ``Σ_{o,i,p} basis[b,o,i,p]²``, which needs no intermediate at all;
    :func:`lean_normalize_basis` computes it so and is otherwise escnn's function (same in-place division,
    same thresholds), so the sampled bases, hence the models, are unchanged (checked in
@@ -20,8 +20,8 @@
 3. **Time of the filter expansion.** In training every forward expands the filters from the basis,
    ``einsum('boi...,kb->koi...', basis, weights)``. torch evaluates that einsum by permuting the basis so
    that ``b`` comes last, i.e. by copying the whole sampled basis at every call (for CN(p64)'s lifting
-   layer a large share of the canonicalizer's forward + backward time: ``docs/measurements.md``), then a
-   batched product.
+   layer a large share of the canonicalizer's forward + backward time in a hand timing, not recorded:
+   ``docs/measurements.md``), then a batched product.
    :func:`expand_without_copy` computes the same contraction as one matrix product
    ``weights (k, b) @ basis (b, o·i·P)``, which reads the basis in place; its backward needs no copy
    either. Same numbers up to the order of float additions.
