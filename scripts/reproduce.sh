@@ -285,8 +285,8 @@ case "${1:-}" in
         callbacks.early_stopping=null compile=true
     fi
     # last: the rows the paper quotes from the EGNN paper (Radial Field, TFN, SE(3)-Transformer), with EGNN's
-    # hyperparameters. Per epoch on one CPU core (docs/measurements.md): Radial Field ~0.8 s, TFN ~7 s,
-    # SE(3)-Transformer ~55-90 s. Radial Field takes the protocol. The tensor-field rows (eager: e3nn does not
+    # hyperparameters. What an epoch costs on one CPU core: the run-costs table of docs/measurements.md (Radial
+    # Field the cheapest, the SE(3)-Transformer the costliest by far). Radial Field takes the protocol. The tensor-field rows (eager: e3nn does not
     # compile) take it on a GPU (EXTRA holds trainer=gpu) or at the cap TFN_EPOCHS / SE3_EPOCHS where one is
     # set (default 10,000); on a CPU otherwise the stated caps of the nbody-quoted stage, in its run folders: TFN at
     # 1,000 epochs with the nbody stage's early stopping (its two seeds ran there, ~2 h each) and the
@@ -363,8 +363,8 @@ case "${1:-}" in
         shapenet/cn_frozen_pointnet -- data.rotation="$rotation" trainer.max_epochs=30
     done ;;
   pointclouds-cpu)  # every row of Table 4 at the CPU budget (PC: PC_POINTS points, PC_TRAIN training clouds, PC_EPOCHS
-                    # epochs): the PointNet rows (minutes a run), VN-PointNet (~3 s a batch of 32 on one core), the
-                    # DGCNN rows (~4 s), VN-DGCNN (~9 s) (docs/measurements.md)
+                    # epochs): the PointNet rows, VN-PointNet, the DGCNN rows, VN-DGCNN, cheapest first (what each
+                    # run cost: the run-costs table of docs/measurements.md)
     pointnet_rows=(modelnet/pointnet modelnet/cn_l_pointnet modelnet/cn_nl_pointnet modelnet/cn_frozen_pointnet)
     pc_run "0 1" "z/z z/so3 so3/so3" "${pointnet_rows[@]}"
     # seed 1 of CN(L)-PointNet under SO(3)/SO(3) diverges (NaN at step 17, SGD lr 0.1; kept as a diverged run):
@@ -396,7 +396,7 @@ case "${1:-}" in
     run "$s40" 0 modelnet/dgcnn modelnet/cn_nl_dgcnn -- data=synthetic_shapes40 data.rotation=z/z "${PC[@]}"
     run "$s40" "1 2" modelnet/dgcnn modelnet/cn_nl_dgcnn -- data=synthetic_shapes40 data.rotation=z/z "${PC[@]}" ;;
   shapenet-cpu)  # every row of Table 5b (part segmentation, synthetic shapes) at the same budget, its two protocols:
-                 # the PointNet rows (~2.5 CPU-s a batch of 32), VN-PointNet (~12 s), the DGCNN rows, VN-DGCNN
+                 # the PointNet rows, VN-PointNet, the DGCNN rows, VN-DGCNN (costs: docs/measurements.md run-costs)
     pc_run "0 1" "z/so3 so3/so3" shapenet/pointnet shapenet/cn_nl_pointnet shapenet/cn_l_pointnet shapenet/cn_frozen_pointnet
     pc_run "0 1 2" "z/so3 so3/so3" shapenet/vn_pointnet
     pc_run "0 1 2" "z/so3 so3/so3" shapenet/dgcnn shapenet/cn_nl_dgcnn shapenet/cn_l_dgcnn shapenet/cn_frozen_dgcnn
