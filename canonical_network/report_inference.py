@@ -91,6 +91,14 @@ def timing_record(script: str, argv: list[str], load_start: float | None, **fiel
             **fields, "load_start": load_start, "load_end": load_average()}
 
 
+def write_record(path: Path, record: dict[str, Any]) -> Path:
+    """Write a benchmark's ``record`` as indented JSON to ``path`` (its folder made first), whole or not at all."""
+    from canonical_network.utils.files import atomic_write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+
+
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
     """A distribution-free confidence interval for the median of the population ``values`` were drawn from
     (independent draws): the order statistics ``(x_(j), x_(n+1-j))`` with the largest ``j`` whose coverage

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from canonical_network.report_inference import load_average, timing_record
+    from canonical_network.report_inference import load_average, timing_record, write_record
 
     cache_before = _cache_files()
     load_start = load_average()
@@ -173,8 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                            escnn=_version("escnn"), escnn_cache_files_added=_cache_files() - cache_before,
                            builds=builds)
     record["torch"] = torch.__version__
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(record, indent=1) + "\n")
+    write_record(args.output, record)
     print(f"wrote {args.output}")
     return 0
 

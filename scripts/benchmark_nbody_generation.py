@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from canonical_network.report_inference import load_average, timing_record
+    from canonical_network.report_inference import load_average, timing_record, write_record
 
     torch.set_num_threads(args.threads)
     load_start = load_average()
@@ -73,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     record = timing_record("scripts/benchmark_nbody_generation.py", list(argv if argv is not None else sys.argv[1:]),
                            load_start, dataset=args.dataset, repeats=args.repeats, conditions=args.conditions,
                            omp_num_threads=os.environ.get("OMP_NUM_THREADS"), **summary, runs=runs)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(record, indent=1) + "\n")
+    write_record(args.output, record)
     print(f"wrote {args.output}")
     return 0
 

@@ -23,7 +23,6 @@ The record (``--output``, JSON) is what ``python -m canonical_network.docs_block
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from canonical_network.report_inference import load_average, timing_record
+    from canonical_network.report_inference import load_average, timing_record, write_record
 
     torch.set_num_threads(1)
     load_start = load_average()
@@ -121,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
               f"parameters identical after {result['steps']} steps: {result['parameters_identical']}", flush=True)
     record = timing_record("scripts/benchmark_tensor_field.py", list(argv if argv is not None else sys.argv[1:]),
                            load_start, rounds=args.rounds, seed=args.seed, rows=rows)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(record, indent=1) + "\n")
+    write_record(args.output, record)
     print(f"wrote {args.output}")
     return 0
 

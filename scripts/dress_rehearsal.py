@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     args.rows = {family: getattr(args, f"{family}_row") for family in FAMILIES}
     args.batch_sizes = {family: getattr(args, f"{family}_batch_size") for family in FAMILIES}
 
-    from canonical_network.report_inference import benchmark_environment, command_line
+    from canonical_network.report_inference import benchmark_environment, command_line, write_record
 
     environment = benchmark_environment()
     sizes = TINY if args.tiny else SIZES
@@ -416,8 +416,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         "results": results,
         "note": "generated files in the real archives' layouts and sizes; never the paper's data",
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(record, indent=1) + "\n")
+    write_record(args.output, record)
     return record
 
 
