@@ -33,7 +33,7 @@ from pathlib import Path
 
 from canonical_network.records import FINAL_STATUSES, RESULTS_FILE, RunResults, path_from_record, read_results
 from canonical_network.utils.files import exclusive_lock
-from canonical_network.utils.unfinished import LAST, progress, restore
+from canonical_network.utils.unfinished import LAST, restore
 
 # Rows that need another row's finished run: (experiment) -> (source experiment, override key).
 DEPENDS_ON = {"rotmnist/cn_pretrained": ("rotmnist/cn_p64", "canonicalization.checkpoint")}
@@ -69,12 +69,25 @@ def run_job(out: Path, experiment: str, seed: int, overrides: list[str], threads
         finished[(experiment, seed)].set()
 
 
-#: Overrides that say how or where a job runs, not what it measures: a finished record made with other values of
-#: these still answers the job (the epoch budget and early stopping are not here: they are the protocol).
-EXECUTION_ONLY = ("hydra.", "seed=", "experiment=", "logger", "~logger", "paths.", "compile=", "matmul_precision=",
-                  "data.num_workers=", "data.data_dir=", "data.generate_if_missing=", "trainer=", "trainer.accelerator=",
-                  "trainer.enable_progress_bar=", "callbacks.rich_progress_bar", "~callbacks.rich_progress_bar",
-                  "canonicalization.checkpoint=", "tags=")
+#: Keys a finished record answers the job for whatever their value, beyond those a run may change when it resumes
+#: (``RESUME_NEUTRAL_KEYS``: where files live, logging, the accelerator, compile=...): how the matmuls round, and
+#: the checkpoint a CN(pretrained) row reads (a path of this machine).
+EXECUTION_ONLY = ("matmul_precision", "canonicalization.checkpoint")
+#: Resume-neutral keys that are nevertheless the protocol a finished record was made at: a run resumes to a longer
+#: budget, but a record of 200 epochs does not answer a call for 1,000.
+PROTOCOL_KEYS = ("trainer.max_epochs", "trainer.min_epochs", "callbacks.early_stopping", "callbacks.early_stopping.*",
+                 "test", "test_ckpt")
+
+
+def _compared(key: str) -> bool:
+    import fnmatch
+
+    from canonical_network.utils.checkpoints import RESUME_NEUTRAL_KEYS
+
+    def matches(patterns) -> bool:
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
+
+    return not matches(EXECUTION_ONLY) and (matches(PROTOCOL_KEYS) or not matches(RESUME_NEUTRAL_KEYS))
 
 
 def _same(requested, recorded) -> bool:
@@ -91,8 +104,8 @@ def _same(requested, recorded) -> bool:
 
 def protocol_differences(record: dict, overrides: list[str]) -> list[tuple[str, str, object]]:
     """``(key, requested value, recorded value)`` for each plain ``key=value`` override of this call that the
-    record's resolved config contradicts (a key the record does not hold, or an override of another form, is not
-    judged; :data:`EXECUTION_ONLY` keys are not compared). A finished record of another protocol in the job's
+    record's resolved config contradicts (a key the record does not hold, a whole config group, or an override of
+    another form, is not judged; nor is a key that says only how or where the run executes, :func:`_compared`). A finished record of another protocol in the job's
     folder -- a stage rerun with a budget set by an environment variable, FA_EPOCHS=1000 over the 200-epoch
     records -- must not be taken for the run this call asks for."""
     import yaml
@@ -102,9 +115,11 @@ def protocol_differences(record: dict, overrides: list[str]) -> list[tuple[str, 
         return []
     found = []
     for override in overrides:
-        if override.startswith(("+", "~")) or "=" not in override or override.startswith(EXECUTION_ONLY):
+        if override.startswith(("+", "~")) or "=" not in override:
             continue
         key, _, text = override.partition("=")
+        if not _compared(key):
+            continue
         node, missing = config, False
         for part in key.split("."):
             if not isinstance(node, dict) or part not in node:
@@ -193,15 +208,14 @@ def _claimed_job(out: Path, experiment: str, seed: int, overrides: list[str], th
     # further along than the run here replaces it (set aside in the run folder's superseded/)
     if unfinished is not None:
         parked = job_dir(unfinished, experiment, seed, variant)
+        had_run = (run_dir / LAST).is_file()  # restored over it only when it was behind the parked copy
         try:
-            behind = (run_dir / LAST).is_file() and (parked / LAST).is_file() and progress(parked / LAST) > progress(
-                run_dir / LAST)
             restored = restore(parked, run_dir, replace_behind=True)
         except Exception as error:  # noqa: BLE001 - a bad copy is this job's failure, named
             return (f"FAILED {experiment} seed {seed}: the parked copy {parked} could not be read ({type(error).__name__}:"
                     f" {error}); remove it, or pass UNFINISHED= / no --unfinished to run without it")
         if restored:
-            aside = " (further along than the run here, which is set aside in its superseded/)" if behind else ""
+            aside = " (further along than the run here, which is set aside in its superseded/)" if had_run else ""
             print(f"resume {experiment} seed {seed} from {parked}{aside}", flush=True)
     extra = []
     if experiment in DEPENDS_ON:
