@@ -311,7 +311,7 @@ import torch
 import lightning.pytorch as pl
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from canonical_network.utils.runs import _sigterm_without_collective
+from canonical_network.utils.runs import stop_ranks_together
 
 SIGNALLED = int(sys.argv[1])
 
@@ -337,7 +337,7 @@ class Line(pl.LightningModule):
 trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=DDPStrategy(process_group_backend="gloo"),
                      max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                      enable_model_summary=False)
-_sigterm_without_collective(trainer)
+stop_ranks_together(trainer)
 try:
     trainer.fit(Line())
 except SIGTERMException:

@@ -201,7 +201,7 @@ def trainer_plugins() -> list:
 def build_trainer(cfg: DictConfig, output_dir: Path, callbacks: list, loggers: list):
     """The Lightning Trainer of ``cfg.trainer``, rooted in the run folder. Inside a Slurm job the trainer must
     match the job's tasks (:func:`~canonical_network.utils.slurm.check_trainer_for_slurm_tasks`); with several
-    processes, SIGTERM stops every rank at the next training step (:func:`_sigterm_without_collective`)."""
+    processes, SIGTERM stops every rank at the next training step (:func:`stop_ranks_together`)."""
     from canonical_network.utils.slurm import check_trainer_for_slurm_tasks
 
     check_trainer_for_slurm_tasks(cfg.trainer)
@@ -212,11 +212,11 @@ def build_trainer(cfg: DictConfig, output_dir: Path, callbacks: list, loggers: l
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
     if trainer.world_size > 1 or (SLURMEnvironment.detect() and int(os.environ.get("SLURM_NTASKS", "1")) > 1):
-        _sigterm_without_collective(trainer)  # several processes: a multi-task Slurm job, or DDP on one machine
+        stop_ranks_together(trainer)  # several processes: a multi-task Slurm job, or DDP on one machine
     return trainer
 
 
-def _sigterm_without_collective(trainer) -> None:
+def stop_ranks_together(trainer) -> None:
     """Lightning's SIGTERM handling for several processes, made to stop every rank at the same training step.
 
     Two changes to Lightning's (2.6). First, its handler (``_SignalConnector._sigterm_notifier_fn``) calls
@@ -242,7 +242,7 @@ def _sigterm_without_collective(trainer) -> None:
 
 class _StopTogether:
     """A SIGTERM noted by this rank's handler, acted on by all ranks at the start of the next training step
-    (:func:`_sigterm_without_collective`). A class, not closures, so that a trainer holding it still pickles
+    (:func:`stop_ranks_together`). A class, not closures, so that a trainer holding it still pickles
     (``strategy=ddp_spawn`` pickles the trainer into its processes)."""
 
     def __init__(self, trainer) -> None:
@@ -329,7 +329,7 @@ def forward_sigterm_to_workers(trainer):
             nonlocal stopping
             if os.getpid() != this:  # a worker, which inherited this handler: Lightning's own handler acts there
                 return
-            if stopping:  # a worker's echo of the SIGTERM forwarded here (_sigterm_without_collective)
+            if stopping:  # a worker's echo of the SIGTERM forwarded here (stop_ranks_together)
                 return
             stopping = True
             launcher = trainer.strategy.launcher
