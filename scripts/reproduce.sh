@@ -491,23 +491,48 @@ r = json.load(open(sys.argv[1])); print(record_path(r, "checkpoint") or "" if r.
                 # its jobs, so run this inside tmux/screen or a small batch job. Resubmitting resumes: each job keeps
                 # its folder under SLURM_OUT/<sweep>, unfinished ones resume from last.ckpt, finished ones are
                 # skipped untouched (skip_finished=true). What it costs: scripts/protocol_cost.py (protocol-cost).
-    local slurm_out="${SLURM_OUT:-outputs/paper-slurm}" pids=() table
-    submit() {  # submit <sweep> <overrides...>
-      local sweep="$1"; shift
+    local slurm_out="${SLURM_OUT:-outputs/paper-slurm}" pids=() table table1 seed ckpt
+    submit_to() {  # submit_to <sweep folder> <sweep> <overrides...>
+      local folder="$1" sweep="$2"; shift 2
       # shellcheck disable=SC2086
       "$PY" -m canonical_network.train sweep="$sweep" hydra/launcher=slurm trainer=gpu skip_finished=true \
-        "~callbacks.rich_progress_bar" hydra.sweep.dir="$slurm_out/$sweep" "$@" $EXTRA &
+        "~callbacks.rich_progress_bar" hydra.sweep.dir="$folder" "$@" $EXTRA &
       pids+=($!)
     }
+    submit() { submit_to "$slurm_out/$1" "$@"; }  # submit <sweep> <overrides...>: into SLURM_OUT/<sweep>
     submit rotmnist_table1 data=rotated_mnist data.download=true trainer.max_epochs=100
+    table1=$!
     submit rotmnist_table2 data=rotated_mnist data.download=true trainer.max_epochs=100
-    # Table 3 with the rows the paper quotes from EGNN's paper; 10,000 epochs, the best-validation epoch tested
-    submit nbody_table "experiment=nbody/linear,nbody/gnn,nbody/egnn,nbody/fa_gnn,nbody/cn_gnn,nbody/cn_gnn_o3,\
-nbody/cn_gnn_frozen,nbody/radial_field,nbody/tfn,nbody/se3_transformer" trainer.max_epochs=10000 \
-      callbacks.early_stopping=null
+    submit rotmnist_table6 data=rotated_mnist data.download=true trainer.max_epochs=100
+    # Table 3, the rows the paper quotes from EGNN's paper among them (the sweep lists all ten); 10,000 epochs, the
+    # best-validation epoch tested
+    submit nbody_table trainer.max_epochs=10000 callbacks.early_stopping=null
     submit modelnet_table data=modelnet40 data.download=true trainer.max_epochs=200
     submit shapenet_table data=shapenet_part data.download=true trainer.max_epochs=200
+    # Table 2's CN(pretrained) row starts from the tested (best-validation) checkpoint of Table 1's CN(p64) run of
+    # the same seed, so it is submitted once the Table 1 sweep is done: one job a seed, each its own folder
+    # SLURM_OUT/rotmnist_table2_pretrained/seed<k> (its record names the Table 2 sweep)
+    if ! wait "$table1"; then
+      FAILED_CALLS=$((FAILED_CALLS + 1))
+      echo "paper-slurm: the Table 1 sweep ended with an error; CN(pretrained) takes the seeds whose CN(p64) run completed" >&2
+    fi
+    for seed in 0 1 2 3 4; do
+      ckpt=$("$PY" -c 'import json, sys; from pathlib import Path; from canonical_network.records import path_from_record
+for f in sorted(Path(sys.argv[1]).rglob("results.json")):
+    r = json.loads(f.read_text())
+    if (r.get("experiment"), r.get("seed"), r.get("status")) == ("rotmnist/cn_p64", int(sys.argv[2]), "completed"):
+        print(path_from_record(r["checkpoint"], f.parent) if r.get("checkpoint") else ""); break' \
+        "$slurm_out/rotmnist_table1" "$seed" 2>/dev/null || true)
+      if [[ -z "$ckpt" ]]; then
+        echo "paper-slurm: no completed rotmnist/cn_p64 seed $seed with a checkpoint in $slurm_out/rotmnist_table1;" \
+          "CN(pretrained) seed $seed not submitted" >&2
+        FAILED_CALLS=$((FAILED_CALLS + 1)); continue
+      fi
+      submit_to "$slurm_out/rotmnist_table2_pretrained/seed$seed" rotmnist_table2 experiment=rotmnist/cn_pretrained \
+        seed="$seed" canonicalization.checkpoint="'$ckpt'" data=rotated_mnist data.download=true trainer.max_epochs=100
+    done
     for table in "${pids[@]}"; do
+      [[ "$table" == "$table1" ]] && continue
       wait "$table" || FAILED_CALLS=$((FAILED_CALLS + 1))
     done ;;
   protocol-cost)  # device-hours of every table at the paper's protocol, from step times measured here (issue 37):

@@ -3,6 +3,7 @@ replaced by a stand-in that prints each run_protocol.py call instead of training
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -81,3 +82,39 @@ def test_bad_stages_and_settings_get_one_clear_error(stand_in, tmp_path, argumen
     proc = _stage(stand_in, tmp_path, *arguments, **settings)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
     assert "CALL" not in proc.stdout
+
+
+def test_paper_slurm_submits_every_paper_table_and_cn_pretrained_from_table_1s_checkpoints(stand_in, tmp_path):
+    """The full protocol on Slurm: every table's sweep (Table 6 was once left out), and Table 2's CN(pretrained)
+    row, which no sweep can hold: after the Table 1 sweep, one job a seed from that seed's tested CN(p64)
+    checkpoint. A seed whose CN(p64) run did not complete is named, not submitted, and fails the stage."""
+    slurm_out = tmp_path / "slurm"
+    for seed in (0, 1, 2, 4):
+        job = slurm_out / "rotmnist_table1" / f"{seed + 3}_rotmnist-cn_p64_seed{seed}"
+        (job / "checkpoints").mkdir(parents=True)
+        (job / "checkpoints" / f"epoch_0{seed}7.ckpt").write_bytes(b"weights")
+        (job / "results.json").write_text(json.dumps({
+            "experiment": "rotmnist/cn_p64", "seed": seed, "status": "completed",
+            "checkpoint": f"checkpoints/epoch_0{seed}7.ckpt"}))
+    # a CN(p4) record of seed 3 is no CN(p64) checkpoint
+    other = slurm_out / "rotmnist_table1" / "9_rotmnist-cn_p4_seed3"
+    other.mkdir(parents=True)
+    (other / "results.json").write_text(json.dumps({
+        "experiment": "rotmnist/cn_p4", "seed": 3, "status": "completed", "checkpoint": "checkpoints/epoch_001.ckpt"}))
+    proc = _stage(stand_in, tmp_path, "paper-slurm", SLURM_OUT=str(slurm_out))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    calls = [line.split() for line in proc.stdout.splitlines() if line.startswith("CALL -m canonical_network.train")]
+    sweeps = [next(w for w in call if w.startswith("sweep=")) for call in calls]
+    assert set(sweeps) == {f"sweep={name}" for name in ("rotmnist_table1", "rotmnist_table2", "rotmnist_table6",
+                                                        "nbody_table", "modelnet_table", "shapenet_table")}
+    pretrained = {next(w for w in call if w.startswith("seed=")): call for call in calls
+                  if "experiment=rotmnist/cn_pretrained" in call}
+    assert sorted(pretrained) == ["seed=0", "seed=1", "seed=2", "seed=4"]
+    for seed in (0, 1, 2, 4):
+        call = pretrained[f"seed={seed}"]
+        checkpoint = slurm_out / "rotmnist_table1" / f"{seed + 3}_rotmnist-cn_p64_seed{seed}" / "checkpoints" / \
+            f"epoch_0{seed}7.ckpt"
+        assert f"canonicalization.checkpoint='{checkpoint}'" in call
+        assert "sweep=rotmnist_table2" in call
+        assert f"hydra.sweep.dir={slurm_out}/rotmnist_table2_pretrained/seed{seed}" in call
+    assert "no completed rotmnist/cn_p64 seed 3" in proc.stderr
