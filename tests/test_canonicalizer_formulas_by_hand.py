@@ -8,7 +8,8 @@ Each test pins one formula that the structural tests leave free:
 * ``softmax_gap`` weights are ``exp(s_i / T) − exp(b / T)``, normalised, with the temperature on both terms;
 * the ``sampled`` law of each sample is ``softmax(s_b / T)`` of its own scores only;
 * the straight-through gradients (sampled frames and the G-CNN's ``ste`` selection) reach the right sample
-  with the softmax Jacobian ``(1/T)(diag p − p pᵀ) a``, sign included.
+  with the softmax Jacobian ``(1/T)(diag p − p pᵀ) a``, sign included;
+* an O(3) vector frame weighs Gram–Schmidt's ``e₃`` by ``σ(2 |ẑ| / T)`` and its flip ``−e₃`` by the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from canonical_network.canonicalization.symmetrization import (
     discrete_frame,
     top_k_weights,
     top_member_rows,
+    vector_frame,
 )
 from canonical_network.groups.euclidean import EuclideanTransform, axis_rotation
 from canonical_network.groups.image import PlanarElement
@@ -210,3 +212,26 @@ def test_gcnn_straight_through_gradient_has_the_softmax_jacobian_sign(monkeypatc
     assert scores.grad[0].tolist() == pytest.approx(expected, abs=GRAD_ABS)
     # sign by hand: raising the score of the 270° element raises the angle, of the 0° element lowers it
     assert expected[3] > 0 > expected[0]
+
+
+# ------------------------------------------------------------- M19: the O(3) vector frame's ±e₃ weights
+def test_the_o3_vector_frame_gives_the_gram_schmidt_e3_the_larger_weight():
+    """``weighted_frame`` with ``group="O3"``: member ``e₃`` (the sign Gram–Schmidt takes from ``v₃``) weighs
+    ``σ(2 |ẑ| / T)`` ≥ 1/2 and its flip ``−e₃`` weighs the rest, with ``ẑ`` the cosine of ``v₃`` and ``e₃``."""
+    temperature = 0.5
+    # rows v₁, v₂, v₃; the best pair is (v₁, v₂) (q ∝ ‖v₁ × v₂‖ ‖v₁‖ = 4, the next is (v₁, v₃) with 2.56), so
+    # Gram–Schmidt gives e₁ = x̂, e₂ = ŷ and e₃ = ±ẑ with the sign of v₃'s z: +ẑ for sample 0, −ẑ for sample 1
+    vectors = torch.tensor([[[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.3, 0.4, 0.5]],
+                            [[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.3, 0.4, -0.5]]], dtype=F64)
+    spec = FrameSpec.checked("weighted_frame", 1, temperature, "gap")
+    rotations, weights = vector_frame(vectors, "O3", spec)
+    cosine = 0.5 / math.sqrt(0.3**2 + 0.4**2 + 0.5**2)  # |ẑ| = 1/√2 for both samples
+    kept = 1.0 / (1.0 + math.exp(-2.0 * cosine / temperature))
+    assert kept == pytest.approx(0.94419, abs=1e-5)  # σ(2√2)
+    eye = torch.eye(3, dtype=F64)
+    flip = torch.diag(torch.tensor([1.0, 1.0, -1.0], dtype=F64))
+    # frame-major rows i·B + b: members 0 (Gram–Schmidt's e₃) for both samples, then their flips
+    expected = torch.stack([eye, flip, flip, eye])
+    assert rotations.shape == (4, 3, 3)
+    assert (rotations - expected).abs().max().item() < TOL64
+    assert weights.tolist() == [pytest.approx([kept, 1.0 - kept], rel=TOL64, abs=TOL64)] * 2
