@@ -9,7 +9,8 @@ Each test pins one formula that the structural tests leave free:
 * the ``sampled`` law of each sample is ``softmax(s_b / T)`` of its own scores only;
 * the straight-through gradients (sampled frames and the G-CNN's ``ste`` selection) reach the right sample
   with the softmax Jacobian ``(1/T)(diag p − p pᵀ) a``, sign included;
-* an O(3) vector frame weighs Gram–Schmidt's ``e₃`` by ``σ(2 |ẑ| / T)`` and its flip ``−e₃`` by the rest.
+* an O(3) vector frame weighs Gram–Schmidt's ``e₃`` by ``σ(2 |ẑ| / T)`` and its flip ``−e₃`` by the rest;
+* the PCA axis is that of the *centred* second moments, ``½ atan2(2 c_xy, c_xx − c_yy)``, oriented by the skew.
 """
 
 from __future__ import annotations
@@ -235,3 +236,32 @@ def test_the_o3_vector_frame_gives_the_gram_schmidt_e3_the_larger_weight():
     assert rotations.shape == (4, 3, 3)
     assert (rotations - expected).abs().max().item() < TOL64
     assert weights.tolist() == [pytest.approx([kept, 1.0 - kept], rel=TOL64, abs=TOL64)] * 2
+
+
+# ------------------------------------------------------------------- M26, M27: the PCA axis by hand
+def _pixel_image(points_xy: list[tuple[int, int]], size: int = 11) -> torch.Tensor:
+    """A (1, size, size) float64 image with mass 1 at the given display coordinates (x right, y up, origin
+    at the centre pixel: column x + c, row c − y with c = (size − 1)/2)."""
+    image = torch.zeros(1, size, size, dtype=F64)
+    c = (size - 1) // 2
+    for x, y in points_xy:
+        image[0, c - y, x + c] = 1.0
+    return image
+
+
+def test_pca_axis_and_skewness_by_hand_for_three_collinear_pixels_off_the_centre():
+    """Three unit pixels at ``(2t, t − 3)``, ``t ∈ {−1, 0, 2}``: collinear along ``d = (2, 1)/√5``, so the
+    principal axis of the *centred* covariance is ``atan2(1, 2)`` = 26.57° (an uncentred second moment would
+    see the offset −3 and a wrong formula ``½ atan2(c_xy, c_xx − c_yy)`` gives 16.85°). The centred positions
+    along ``d`` are ``√5 (t − 1/3)``, so the skew ``Σ u³ ∝ (−64 − 1 + 125)/27 > 0`` keeps ``+d`` and the
+    skewness is ``60/190 = 6/19``. The mirror set ``t ∈ {1, 0, −2}`` has the opposite skew: ``d + 180°``."""
+    line = [(2 * t, t - 3) for t in (-1, 0, 2)]
+    mirror = [(2 * t, t - 3) for t in (1, 0, -2)]
+    images = torch.stack([_pixel_image(line), _pixel_image(mirror)])
+    angle, skewness = PCACanonicalizer().oriented_axis(images)
+    axis = math.degrees(math.atan2(1.0, 2.0))
+    assert axis == pytest.approx(26.56505, abs=1e-5)
+    # sums of three O(10) terms, an atan2 and a rad2deg: a few ulp of 206° (~3e-14 each); the tolerance,
+    # 3.6e-10°, is ~1e4 ulp, while an uncentred or mis-scaled covariance moves the axis by ≥ 9°
+    assert angle.tolist() == pytest.approx([axis, axis + 180.0], abs=TOL64 * 360.0)
+    assert skewness.tolist() == pytest.approx([6.0 / 19.0] * 2, rel=TOL64, abs=TOL64)
