@@ -152,12 +152,18 @@ def test_the_step_adds_the_weighted_prior_in_training_and_logs_the_identity_rate
     loss.backward()  # the prior's gradient reaches h through the element of the forward pass
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in task.canonicalizer.parameters())
     task.eval()
+    # the rate is the share of samples whose element is the identity: with only the first sample's so, 1/n
+    # (an inverted mask would log 1 − 1/n)
+    monkeypatch.setattr(task.canonicalizer, "is_identity", lambda g, n: torch.arange(n) == 0)
+    batch_size = len(task.split_batch(batch)[0][0])
+    assert batch_size >= 3
     for split, step in (("val", task.validation_step), ("test", task.test_step)):
         logged.clear()
         with torch.no_grad():
             step(batch, 0)
         rate = logged[f"{split}/identity_rate"].compute()
-        assert 0.0 <= rate.item() <= 1.0 and f"{split}/prior_loss" not in logged and "train/prior_loss" not in logged
+        assert rate.item() == pytest.approx(1 / batch_size, rel=1e-6)
+        assert f"{split}/prior_loss" not in logged and "train/prior_loss" not in logged
 
 
 def _upright_digits(start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
