@@ -11,6 +11,7 @@ Each test pins one formula that the structural tests leave free:
   with the softmax Jacobian ``(1/T)(diag p − p pᵀ) a``, sign included;
 * an O(3) vector frame weighs Gram–Schmidt's ``e₃`` by ``σ(2 |ẑ| / T)`` and its flip ``−e₃`` by the rest;
 * the PCA axis is that of the *centred* second moments, ``½ atan2(2 c_xy, c_xx − c_yy)``, oriented by the skew.
+* CN(OPT) keeps the final angle of the start with the lowest final energy, wrapped into [−π, π).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 from canonical_network.canonicalization.base import IDENTITY_TOLERANCE
 from canonical_network.canonicalization.image import GCNNCanonicalizer, PCACanonicalizer
+from canonical_network.canonicalization.image_optimization import OptimizationCanonicalizer
 from canonical_network.canonicalization.symmetrization import (
     FrameSpec,
     discrete_frame,
@@ -265,3 +267,19 @@ def test_pca_axis_and_skewness_by_hand_for_three_collinear_pixels_off_the_centre
     # 3.6e-10°, is ~1e4 ulp, while an uncentred or mis-scaled covariance moves the axis by ≥ 9°
     assert angle.tolist() == pytest.approx([axis, axis + 180.0], abs=TOL64 * 360.0)
     assert skewness.tolist() == pytest.approx([6.0 / 19.0] * 2, rel=TOL64, abs=TOL64)
+
+
+# ------------------------------------------------------------- M30: CN(OPT) keeps its lowest-energy start
+def test_opt_keeps_the_final_angle_of_the_start_with_the_lowest_final_energy(monkeypatch):
+    """θ* is the final angle of the start whose *final* energy is lowest (not the highest, not the lowest energy
+    seen along the way), wrapped into [−π, π)."""
+    h = OptimizationCanonicalizer(steps=2, num_starts=3).double()
+    theta = torch.tensor([[0.1, 0.2, 0.3], [3.5, -0.4, 1.0]], dtype=F64)
+    # (steps + 1, B, starts): sample 0's start 0 is lowest at step 0 but not at the end
+    history = torch.tensor([[[-9.0, 0.0, 0.0], [0.0, 0.0, 0.0]],
+                            [[1.0, 0.0, 3.0], [0.0, 1.0, 2.0]],
+                            [[5.0, -1.0, 2.0], [-2.0, 4.0, 0.5]]], dtype=F64)
+    monkeypatch.setattr(h, "descend", lambda images: (theta, history))
+    with torch.no_grad():
+        chosen = h.optimal_angle_rad(torch.zeros(2, 1, 28, 28, dtype=F64))
+    assert chosen.tolist() == pytest.approx([0.2, 3.5 - 2 * math.pi], abs=TOL64)
