@@ -13,7 +13,11 @@ from lightning import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from canonical_network.data.samplers import DealtDistributedSampler, EpochSeededRandomSampler
+from canonical_network.data.samplers import (
+    DealtDistributedSampler,
+    EpochSeededRandomSampler,
+    seeded_generator,
+)
 from canonical_network.utils.checks import check_int
 
 SPLITS = ("train", "val", "test")  # the names of the splits everywhere: data modules, task metrics, logged keys
@@ -96,6 +100,10 @@ class SplitDataModule(LightningDataModule):
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,
+            # Each new iterator of a loader draws its workers' base seed from this generator, not from the global
+            # RNG, so the run's own random stream (dropout, augmentation) does not depend on data.num_workers
+            # (persistent workers draw once, others at every epoch) or on how often Lightning iterates a loader.
+            generator=seeded_generator(self.shuffle_seed, "loader", split),
         )
 
     def train_dataloader(self) -> DataLoader:

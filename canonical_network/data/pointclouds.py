@@ -25,15 +25,13 @@ Points are row vectors ``(B, P, 3)`` and a rotation ``R`` acts as ``x ↦ x Rᵀ
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
 from canonical_network.data.base import SplitDataModule
-from canonical_network.data.samplers import EpochSeededRandomSampler
+from canonical_network.data.samplers import EpochSeededRandomSampler, seeded_generator
 from canonical_network.groups.euclidean import apply_rotation, random_axis_rotations, random_rotations
 from canonical_network.utils.checks import check_choice, check_int
 
@@ -57,17 +55,6 @@ def parse_rotation(protocol: str) -> tuple[str, str]:
     check_choice("data.rotation", protocol, ROTATION_PROTOCOLS)
     train, test = protocol.split("/")
     return train, test
-
-
-def seeded_generator(seed: int, *keys: str) -> torch.Generator:
-    """A CPU generator determined by ``seed`` and string ``keys`` only (e.g. ``"rotation", "test"``).
-
-    Keys are hashed with crc32 (stable across processes and Python versions, unlike ``hash``), so each use
-    of randomness gets an independent, reproducible stream.
-    """
-    entropy = [int(seed)] + [zlib.crc32(key.encode()) for key in keys]
-    state = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
-    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
 def sample_rotations(
@@ -109,7 +96,7 @@ class SeededDrawSampler(EpochSeededRandomSampler):
     """
 
     def __iter__(self) -> Iterator[tuple[int, int]]:  # type: ignore[override]
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        generator = self.epoch_generator()
         order = torch.randperm(self.num_samples, generator=generator).tolist()
         seeds = torch.randint(0, 2**62, (self.num_samples,), generator=generator).tolist()
         yield from zip(order, seeds, strict=True)
