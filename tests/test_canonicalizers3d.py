@@ -206,6 +206,39 @@ def test_nbody_frame_augmentation_turns_the_frame_in_training_only():
         _nbody(frame_augmentation=True, symmetrization="sampled")
 
 
+def test_nbody_frozen_dropout_drops_vectors_while_the_model_trains_and_stays_equivariant_per_mask():
+    """frozen_dropout (the authors' code's frozen canonicalizer under Lightning 1.x): the frozen function's vector
+    dropout acts while the model trains, its own flag staying False; in evaluation the frame is the plain frozen
+    one's. For one dropout mask (the same RNG draw) h is still equivariant: the mask is per particle and vector."""
+    x = nbody_inputs(dtype=F64)
+    canon = _nbody(freeze=True, frozen_dropout=True).double()
+    plain = _nbody(freeze=True).double()  # the same initial weights (seed)
+    model = CanonicalizedModel(canon, NBodyMLP().double())
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(canon.group_element(*x).rotation, plain.group_element(*x).rotation)
+    model.train()
+    assert not canon.training and canon.model_training
+    assert not any(p.requires_grad for p in canon.parameters())
+    g = random_euclidean(6, seeded_gen(2), group="O3", dtype=F64)
+    frames = []
+    for seed in (0, 1):
+        with torch.no_grad():
+            torch.manual_seed(seed)
+            factor = frame_factor(frame_condition(canon.frame_vectors(*x)[0][:, :3]))  # this mask's frame
+            torch.manual_seed(seed)
+            h = canon.group_element(*x)
+            torch.manual_seed(seed)  # the same mask on the moved system
+            h_moved = canon.group_element(*act(g, *x))
+        frames.append(h.rotation)
+        assert_close(h_moved.rotation, g.rotation @ h.rotation, factor)  # h(g·x) = g·h(x) for the mask
+    assert not torch.allclose(frames[0], frames[1])  # dropout acted: two masks, two frames
+    with torch.no_grad():  # and differs from the frame without dropout
+        assert not torch.allclose(frames[0], plain.group_element(*x).rotation)
+    with pytest.raises(ValueError, match="frozen_dropout=true .* needs canonicalization.freeze=true"):
+        _nbody(frozen_dropout=True)
+
+
 def test_a_product_canonicalizers_factors_read_the_models_mode():
     """A frozen E(3) factor with frame_augmentation inside an E(3)×S_n product turns its frame while the model
     trains, as it does alone: every canonicalizer inside h is bound to the model, not only the outer one."""

@@ -129,6 +129,11 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
             canonicalizer gets no signal from it: meant with ``freeze`` ("CN-GNN (frozen, turned frames)",
             ``docs/nbody.md``). The model's training mode decides, also when the canonicalizer is frozen.
             ``symmetrization=canonical`` only.
+        frozen_dropout: with ``freeze``, keep the vector dropout acting while the model trains (evaluation
+            unchanged), as in the authors' code, which freezes the canonicalizer with Lightning's ``freeze()``
+            and, under the Lightning 1.x it was written for, most likely trained with its dropout on after the
+            first validation (``docs/nbody.md``). The frozen function then hands the predictor the frames of
+            random particle subsets in training. Equivariant for each dropout mask, exactly in evaluation.
 
     Inputs of :meth:`canonicalize`: ``loc`` ``(B, N, 3)``, ``vel`` ``(B, N, 3)``, ``charges`` ``(B, N, 1)``.
     """
@@ -149,9 +154,15 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         authors_code: bool = False,
         features: str = "pvq",
         frame_augmentation: bool = False,
+        frozen_dropout: bool = False,
     ) -> None:
         super().__init__(freeze=freeze)
         self.frame_augmentation = check_bool("canonicalization.frame_augmentation", frame_augmentation)
+        self.frozen_dropout = check_bool("canonicalization.frozen_dropout", frozen_dropout)
+        if self.frozen_dropout and not self.freeze:
+            raise ValueError("canonicalization.frozen_dropout=true keeps a frozen canonicalizer's dropout acting in "
+                             "training; it needs canonicalization.freeze=true (a canonicalizer that trains drops "
+                             "vectors in training anyway)")
         self.features = check_choice("canonicalization.features", features, tuple(FEATURES))
         self.authors_code = check_bool("canonicalization.authors_code", authors_code)
         hidden_dim = check_int("canonicalization.hidden_dim", hidden_dim, low=1)
@@ -201,6 +212,9 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         channels = {"p": [centred], "pv": [centred, vel], "pvq": [centred, charges * centred, vel, charges * vel]}
         features = torch.stack(channels[self.features], dim=1)  # (B, C, N, 3)
         x = features.transpose(2, 3)  # (B, C, 3, N): VN layout
+        if self.frozen_dropout:  # the frozen modules stay in eval mode; their dropout follows the model's mode
+            for layer in self.layers:
+                layer.dropout.train(self.model_training)
         for layer in self.layers:
             x = layer(x)
         vectors = self.readout(vn_mean_pool(x, -1))
