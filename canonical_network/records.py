@@ -364,6 +364,8 @@ NEUTRAL_OVERRIDE_PREFIXES = (
     "data.rotation=",  # selects the column of a point-cloud table (matched through config.data.rotation)
     "data=",  # the data set: tables and reports give each data set its own table (records.dataset_of)
     "data.num_points=", "data.num_train=",  # synthetic_shapes' size: named by dataset_of, so its own table
+    "data.download=",  # whether the archive may be fetched, not what is read (the files are checked either way)
+    "skip_finished=",  # what a resubmitted job does with its finished folder (scripts/reproduce.sh paper-slurm)
 )
 
 

@@ -519,25 +519,27 @@ r = json.load(open(sys.argv[1])); print(record_path(r, "checkpoint") or "" if r.
     submit modelnet_table data=modelnet40 data.download=true trainer.max_epochs=200
     submit shapenet_table data=shapenet_part data.download=true trainer.max_epochs=200
     # Table 2's CN(pretrained) row starts from the tested (best-validation) checkpoint of Table 1's CN(p64) run of
-    # the same seed, so it is submitted once the Table 1 sweep is done: one job a seed, each its own folder
-    # SLURM_OUT/rotmnist_table2_pretrained/seed<k> (its record names the Table 2 sweep)
+    # the same seed, so it is submitted once the Table 1 sweep is done: one job a seed, each its own folder inside
+    # the Table 2 sweep's, SLURM_OUT/rotmnist_table2/pretrained/seed<k>, so that the table of that folder has the row
     if ! wait "$table1"; then
       FAILED_CALLS=$((FAILED_CALLS + 1))
       echo "paper-slurm: the Table 1 sweep ended with an error; CN(pretrained) takes the seeds whose CN(p64) run completed" >&2
     fi
     for seed in 0 1 2 3 4; do
-      ckpt=$("$PY" -c 'import json, sys; from pathlib import Path; from canonical_network.records import path_from_record
+      # the tested checkpoint of a completed run, as its record names it (none: "final weights", or a file gone)
+      ckpt=$("$PY" -c 'import json, sys; from pathlib import Path; from canonical_network.records import record_path
 for f in sorted(Path(sys.argv[1]).rglob("results.json")):
     r = json.loads(f.read_text())
     if (r.get("experiment"), r.get("seed"), r.get("status")) == ("rotmnist/cn_p64", int(sys.argv[2]), "completed"):
-        print(path_from_record(r["checkpoint"], f.parent) if r.get("checkpoint") else ""); break' \
-        "$slurm_out/rotmnist_table1" "$seed" 2>/dev/null || true)
+        path = record_path({**r, "run_dir": str(f.parent.resolve())}, "checkpoint")
+        print(path if path is not None and path.is_file() else ""); break' "$slurm_out/rotmnist_table1" "$seed" \
+        || true)  # an error is printed, and the seed is then named as not submitted
       if [[ -z "$ckpt" ]]; then
-        echo "paper-slurm: no completed rotmnist/cn_p64 seed $seed with a checkpoint in $slurm_out/rotmnist_table1;" \
+        echo "paper-slurm: no completed rotmnist/cn_p64 seed $seed with a checkpoint file in $slurm_out/rotmnist_table1;" \
           "CN(pretrained) seed $seed not submitted" >&2
         FAILED_CALLS=$((FAILED_CALLS + 1)); continue
       fi
-      submit_to "$slurm_out/rotmnist_table2_pretrained/seed$seed" rotmnist_table2 experiment=rotmnist/cn_pretrained \
+      submit_to "$slurm_out/rotmnist_table2/pretrained/seed$seed" rotmnist_table2 experiment=rotmnist/cn_pretrained \
         seed="$seed" canonicalization.checkpoint="'$ckpt'" data=rotated_mnist data.download=true trainer.max_epochs=100
     done
     for table in "${pids[@]}"; do

@@ -741,3 +741,18 @@ def test_an_ablation_is_compared_with_its_rows_runs_of_the_same_rotation_column(
     text = report.build_report([runs], tmp_path / "out").read_text()
     row = next(line for line in text.splitlines() if "`canonicalization.hidden_dim=16`" in line)
     assert "rotation z/so3" in row and "| 0.51 ± 0.025 (3) |" in row and "+0.1 ± 0" in row
+
+
+def test_how_paper_slurm_submits_a_job_leaves_it_the_row_itself():
+    """paper-slurm passes data.download=true and skip_finished=true to every job: neither changes what the row is,
+    so its records fill the paper's rows instead of variant rows of their own."""
+    from canonical_network.records import variant_of
+
+    # as a record keeps them (Hydra's task overrides: hydra/launcher=slurm and hydra.sweep.dir are not among them)
+    run = {"experiment": "rotmnist/cn_p64", "overrides": [
+        "sweep=rotmnist_table1", "trainer=gpu", "skip_finished=true",
+        "~callbacks.rich_progress_bar", "data=rotated_mnist", "data.download=true", "trainer.max_epochs=100",
+        "experiment=rotmnist/cn_p64", "seed=3"]}
+    assert variant_of(run) == ()
+    assert variant_of({**run, "overrides": [*run["overrides"], "canonicalization.num_layers=1"]}) == (
+        "canonicalization.num_layers=1",)

@@ -116,5 +116,21 @@ def test_paper_slurm_submits_every_paper_table_and_cn_pretrained_from_table_1s_c
             f"epoch_0{seed}7.ckpt"
         assert f"canonicalization.checkpoint='{checkpoint}'" in call
         assert "sweep=rotmnist_table2" in call
-        assert f"hydra.sweep.dir={slurm_out}/rotmnist_table2_pretrained/seed{seed}" in call
+        assert f"hydra.sweep.dir={slurm_out}/rotmnist_table2/pretrained/seed{seed}" in call  # inside Table 2's
     assert "no completed rotmnist/cn_p64 seed 3" in proc.stderr
+
+
+def test_paper_slurm_names_a_seed_whose_cn_p64_record_has_no_checkpoint_file(stand_in, tmp_path):
+    """A record that tested its final weights, or whose checkpoint file is gone, gives CN(pretrained) nothing to
+    start from: that seed is named, not submitted with a path that does not exist."""
+    slurm_out = tmp_path / "slurm"
+    for seed, checkpoint in ((0, "final weights"), (1, "checkpoints/epoch_009.ckpt")):
+        job = slurm_out / "rotmnist_table1" / f"{seed}_rotmnist-cn_p64_seed{seed}"
+        job.mkdir(parents=True)
+        (job / "results.json").write_text(json.dumps({
+            "experiment": "rotmnist/cn_p64", "seed": seed, "status": "completed", "checkpoint": checkpoint}))
+    proc = _stage(stand_in, tmp_path, "paper-slurm", SLURM_OUT=str(slurm_out))
+    assert proc.returncode == 1
+    assert "experiment=rotmnist/cn_pretrained" not in proc.stdout
+    for seed in (0, 1):
+        assert f"no completed rotmnist/cn_p64 seed {seed} with a checkpoint file" in proc.stderr
