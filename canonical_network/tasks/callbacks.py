@@ -55,8 +55,9 @@ class CanonicalizedImageGrid(Callback):
             if dm is None:
                 return None
             images = []
-            # Iterating a DataLoader draws from the global RNG; fork it so that looking at images never
-            # changes training (a resumed run must draw the same dropout masks as an uninterrupted one).
+            # Our loaders draw their iterators' seeds from a generator of their own (data/base.py), but a data
+            # module of the user's may not: fork the global RNG so that looking at images never changes training
+            # (a resumed run must draw the same dropout masks as an uninterrupted one).
             with torch.random.fork_rng(devices=[]):
                 batches = list(_first_batches(dm.val_dataloader(), self.num_images))
             for batch in batches:
