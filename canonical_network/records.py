@@ -190,6 +190,15 @@ def find_results(folder: Path | str) -> Iterator[Path]:
     return iter(sorted(Path(folder).rglob(RESULTS_FILE)))
 
 
+def tested_checkpoint(run_dir: Path | str, record: dict) -> Path | None:
+    """The checkpoint a completed run in ``run_dir`` was tested with, when that file is there; None otherwise (not
+    completed, tested on its final weights, or the file gone)."""
+    if record.get("status") != "completed" or not record.get("checkpoint") or record["checkpoint"] == FINAL_WEIGHTS:
+        return None
+    checkpoint = path_from_record(record["checkpoint"], run_dir)
+    return checkpoint if checkpoint.is_file() else None
+
+
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
     if isinstance(value, dict):
         for k, v in value.items():

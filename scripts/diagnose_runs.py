@@ -37,6 +37,7 @@ from canonical_network.records import (
     path_from_record,
     read_results,
 )
+from canonical_network.records import tested_checkpoint as records_tested_checkpoint
 from canonical_network.utils.files import exclusive_lock
 
 #: the lock a process holds on a run folder while it diagnoses it
@@ -79,14 +80,10 @@ def matching_runs(root: Path, match: str) -> Iterator[tuple[Path, dict]]:
 
 
 def tested_checkpoint(run_dir: Path, record: dict) -> Path | None:
-    """The tested checkpoint of a completed run when it is still here; None otherwise (saying so when a completed
-    run's checkpoint is gone)."""
-    if record.get("status") != "completed" or not record.get("checkpoint"):
-        return None
-    checkpoint = path_from_record(record["checkpoint"], run_dir)
-    if not checkpoint.is_file():
+    """:func:`canonical_network.records.tested_checkpoint`, saying so when a completed run's checkpoint is gone."""
+    checkpoint = records_tested_checkpoint(run_dir, record)
+    if checkpoint is None and record.get("status") == "completed" and record.get("checkpoint"):
         print(f"skip {run_dir}: its tested checkpoint is not here", flush=True)
-        return None
     return checkpoint
 
 

@@ -306,7 +306,7 @@ case "${1:-}" in
       run "$(paper_variant "${SE3_EPOCHS:-10000}")" "0 1" nbody/se3_transformer -- \
         trainer.max_epochs="${SE3_EPOCHS:-10000}" callbacks.early_stopping=null
     else
-      # CN-GNN at the same 100-epoch cap and early stopping (~2 min a run), so that "CN-GNN beats the
+      # CN-GNN at the same 100-epoch cap and early stopping, so that "CN-GNN beats the
       # SE(3)-Transformer" has a common budget on a CPU; then the SE(3)-Transformer's two seeds
       run ep100 "0 1 2" nbody/cn_gnn -- trainer.max_epochs=100 compile=true
       # seeds 0-1 first; then a third, since the first two ended far apart (seed 1's validation MSE rose from epoch
@@ -527,12 +527,11 @@ r = json.load(open(sys.argv[1])); print(record_path(r, "checkpoint") or "" if r.
     fi
     for seed in 0 1 2 3 4; do
       # the tested checkpoint of a completed run, as its record names it (none: "final weights", or a file gone)
-      ckpt=$("$PY" -c 'import json, sys; from pathlib import Path; from canonical_network.records import record_path
-for f in sorted(Path(sys.argv[1]).rglob("results.json")):
-    r = json.loads(f.read_text())
+      ckpt=$("$PY" -c 'import sys; from canonical_network.records import find_results, read_results, tested_checkpoint
+for f in find_results(sys.argv[1]):
+    r = read_results(f)
     if (r.get("experiment"), r.get("seed"), r.get("status")) == ("rotmnist/cn_p64", int(sys.argv[2]), "completed"):
-        path = record_path({**r, "run_dir": str(f.parent.resolve())}, "checkpoint")
-        print(path if path is not None and path.is_file() else ""); break' "$slurm_out/rotmnist_table1" "$seed" \
+        print(tested_checkpoint(f.parent, r) or ""); break' "$slurm_out/rotmnist_table1" "$seed" \
         || true)  # an error is printed, and the seed is then named as not submitted
       if [[ -z "$ckpt" ]]; then
         echo "paper-slurm: no completed rotmnist/cn_p64 seed $seed with a checkpoint file in $slurm_out/rotmnist_table1;" \
