@@ -15,9 +15,10 @@ from torch import nn
 from canonical_network.canonicalization.base import CanonicalizedModel
 from canonical_network.canonicalization.pointcloud import VNPointCloudCanonicalizer
 from canonical_network.groups.euclidean import apply_rotation, random_orthogonal, random_rotations
-from canonical_network.prediction.dgcnn import DGCNN
+from canonical_network.nn.knn import graph_feature, knn
+from canonical_network.prediction.dgcnn import DGCNN, _edge_layer, edge_conv
 from canonical_network.prediction.pointnet import PointNet, feature_transform_regularizer
-from canonical_network.prediction.vn_dgcnn import VNDGCNN
+from canonical_network.prediction.vn_dgcnn import VNDGCNN, VNEdgeConv
 from canonical_network.prediction.vn_pointnet import VNPointNet
 from tests.helpers import DEEP64, EPS32, EPS64, assert_knn_stable, max_err, rel_tol, seeded_gen
 
@@ -391,6 +392,110 @@ def test_one_optimiser_step(name, head):
     fresh = _build(name, head).eval()  # the same seed: the weights before the step
     with torch.no_grad():
         assert max_err(_call(model.eval(), points, category), _call(fresh, points, category)) > 0
+
+
+# ------------------------------------------------------------------------------------------ EdgeConv's form
+def _edge_mlp(c_in: int, widths: tuple[int, ...], seed: int, bias: bool) -> nn.Sequential:
+    """Edge layers with random batch-norm affines, half of the scales negative (the max is then taken
+    where the convolution's output is smallest), and optionally a bias on the first convolution."""
+    torch.manual_seed(seed)
+    layers, c = [], 2 * c_in
+    for width in widths:
+        layers.append(_edge_layer(c, width, 0.2))
+        c = width
+    gen = seeded_gen(seed + 1)
+    for _, norm, _ in layers:
+        norm.weight.data = torch.randn(norm.num_features, generator=gen)
+        norm.bias.data = torch.randn(norm.num_features, generator=gen)
+    if bias:
+        first = layers[0][0]
+        first.bias = nn.Parameter(torch.randn(first.out_channels, generator=gen))
+    return nn.Sequential(*layers).double()
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("c_in, widths", [(3, (16,)), (6, (8, 12))])
+def test_edge_conv_is_the_plain_form(c_in, widths, bias):
+    """``edge_conv`` (factorised first layer, activation after the max) computes what the plain form
+    ``edge_mlp(graph_feature(x)).amax(-1)`` computes, in training and evaluation mode: outputs, gradients of
+    the input and of every parameter, and the batch norms' running statistics, in float64 against
+    rel_tol(·, DEEP64) of each quantity's scale (the two forms differ in rounding only)."""
+    gen = seeded_gen(30 + c_in)
+    x = chair_clouds(seed=31).transpose(1, 2).double() if c_in == 3 else torch.randn(B, c_in, P, generator=gen).double()
+    idx = knn(x, K)
+    upstream = torch.randn(B, widths[-1], P, generator=gen).double()
+    results = []
+    for form in ("plain", "edge_conv"):
+        mlp = _edge_mlp(c_in, widths, seed=32, bias=bias).train()
+        inputs = x.clone().requires_grad_(True)
+        if form == "plain":
+            out = mlp(graph_feature(inputs, idx=idx)).amax(dim=-1)
+        else:
+            out = edge_conv(inputs, idx, mlp)
+        (out * upstream).sum().backward()
+        stats = [t for _, norm, _ in mlp for t in (norm.running_mean, norm.running_var)]
+        with torch.no_grad():
+            evaluated = mlp.eval()(graph_feature(x, idx=idx)).amax(-1) if form == "plain" else edge_conv(x, idx, mlp.eval())
+        results.append({"outputs": [out.detach()], "input gradient": [inputs.grad],
+                        "parameter gradients": [p.grad for p in mlp.parameters()], "running statistics": stats,
+                        "evaluation outputs": [evaluated]})
+    plain, fast = results
+    # a tolerance per group, from the group's scale: the first convolution's bias has a gradient of
+    # rounding size (exactly zero in exact arithmetic: a batch norm follows it)
+    for group, values in plain.items():
+        tol = rel_tol(*values, factor=DEEP64)
+        for a, b in zip(values, fast[group], strict=True):
+            assert max_err(a, b) <= tol, f"{group}: {max_err(a, b):.3g} > {tol:.3g}"
+    # the check has teeth: the activation before the max matters where batch-norm scales are negative
+    mlp = _edge_mlp(c_in, widths, seed=32, bias=bias).train()
+    wrong = mlp(graph_feature(x, idx=idx)).amin(dim=-1)
+    assert max_err(wrong, plain["outputs"][0]) > FAIL
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+@pytest.mark.parametrize("c_in, widths", [(1, (5,)), (4, (3, 5))])
+def test_vn_edge_conv_is_the_plain_form(c_in, widths, pooling):
+    """VN EdgeConv's first layer applied before the gather (``edge_linear``) computes what the plain form
+    ``pool(edge_mlp(graph_feature(x)))`` computes: outputs, gradients, VN batch-norm statistics, training and
+    evaluation mode, float64, rel_tol(·, DEEP64) of each group's scale."""
+    gen = seeded_gen(40 + c_in)
+    if c_in == 1:
+        x = chair_clouds(seed=41).transpose(1, 2).unsqueeze(1).double()
+    else:
+        x = torch.randn(B, c_in, 3, P, generator=gen).double()
+    upstream = torch.randn(B, widths[-1], 3, P, generator=gen).double()
+    results = []
+    for form in ("plain", "edge_linear"):
+        torch.manual_seed(42)
+        block = VNEdgeConv(c_in, widths, K, pooling).double().train()
+        norms = [m for m in block.modules() if isinstance(m, nn.BatchNorm1d)]
+        weights = torch.Generator().manual_seed(43)
+        for norm in norms:
+            norm.weight.data = torch.randn(norm.num_features, generator=weights).double()
+            norm.bias.data = torch.randn(norm.num_features, generator=weights).double()
+        inputs = x.clone().requires_grad_(True)
+
+        def run(features, block=block, form=form):
+            if form == "plain":
+                return block.pool(block.edge_mlp(graph_feature(features, K)))
+            return block(features)
+
+        out = run(inputs)
+        (out * upstream).sum().backward()
+        stats = [t for norm in norms for t in (norm.running_mean, norm.running_var)]
+        with torch.no_grad():
+            block.eval()
+            evaluated = run(x)
+        results.append({"outputs": [out.detach()], "input gradient": [inputs.grad],
+                        # (VN max pooling's direction map gets no gradient: it only selects)
+                        "parameter gradients": [torch.zeros_like(p) if p.grad is None else p.grad
+                                                for p in block.parameters()],
+                        "running statistics": stats, "evaluation outputs": [evaluated]})
+    plain, fast = results
+    for group, values in plain.items():
+        tol = rel_tol(*values, factor=DEEP64)
+        for a, b in zip(values, fast[group], strict=True):
+            assert max_err(a, b) <= tol, f"{group}: {max_err(a, b):.3g} > {tol:.3g}"
 
 
 # ------------------------------------------------------------------------------------------------ checks

@@ -141,10 +141,14 @@ class VNLinearLeakyReLU(nn.Module):
         self.negative_slope = float(negative_slope)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q = self.linear(x)
+        return self.activate(self.linear(x), self.direction(x))
+
+    def activate(self, q: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
+        """The block after its two linear maps, given ``q = W x`` and ``k = U x`` computed another way (VN
+        EdgeConv computes them without its edge features: ``prediction/vn_dgcnn.py``)."""
         if self.batch_norm is not None:
             q = self.batch_norm(q)
-        return vn_leaky_relu(q, self.direction(x), self.negative_slope)
+        return vn_leaky_relu(q, direction, self.negative_slope)
 
 
 class VNDropout(nn.Module):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from canonical_network.nn.knn import graph_feature
+from canonical_network.nn.knn import knn
 from canonical_network.prediction.pointnet import PointCloudPredictor, category_one_hot, check_points, scaled
 from canonical_network.utils.checks import check_fraction, check_int, check_positive
 
@@ -40,6 +40,54 @@ def _point_layer(c_in: int, c_out: int, negative_slope: float) -> nn.Sequential:
     return nn.Sequential(
         nn.Conv1d(c_in, c_out, 1, bias=False), nn.BatchNorm1d(c_out), nn.LeakyReLU(negative_slope)
     )
+
+
+def _neighbour_values(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``values`` ``(B, C, P)`` at the neighbours ``idx`` ``(B, P, k)`` of every point: ``(B, C, P, k)``."""
+    b, c, p = values.shape
+    flat = idx.reshape(b, 1, -1).expand(b, c, idx.shape[1] * idx.shape[2])
+    return values.gather(2, flat).view(b, c, idx.shape[1], idx.shape[2])
+
+
+def edge_conv(x: torch.Tensor, idx: torch.Tensor, edge_mlp: nn.Sequential) -> torch.Tensor:
+    """``edge_mlp`` on the edge features ``[x_j − x_i, x_i]`` of the graph ``idx``, then a max over each
+    point's neighbours: ``(B, C, P)`` → ``(B, C_out, P)``, the same function as
+    ``edge_mlp(graph_feature(x, idx=idx)).amax(-1)`` with fewer operations on ``(B, ·, P, k)`` tensors.
+
+    ``edge_mlp`` is a sequence of ``(1×1 Conv2d, BatchNorm2d, LeakyReLU)`` layers (:func:`_edge_layer`); its
+    parameters and batch-norm statistics are used and updated exactly as the plain form would.
+
+    * The first convolution is linear, so with its weight ``W = [W_d, W_c]`` (differences, centres) the edge
+      value ``W_d (x_j − x_i) + W_c x_i`` equals ``u_j + v_i`` with ``u = W_d x`` and ``v = (W_c − W_d) x``:
+      two products over the ``P`` points instead of one over the ``P k`` edges of ``2C`` channels, and no
+      ``(B, 2C, P, k)`` edge features.
+    * The last leaky ReLU (slope in [0, 1]: non-decreasing) commutes with the max over neighbours, so it is
+      applied to the ``(B, C_out, P)`` maxima; the max is taken as the value at the ``argmax`` (the backward
+      pass writes one entry per maximum instead of masking the whole tensor). Where several neighbours
+      tie for the maximum (duplicate points) the gradient goes to the first instead of being split: the
+      same sum over the tied, identical features.
+
+    Rounding differs from the plain form (``u_j + v_i`` against the product of the differences): outputs
+    agree to float32 rounding of the layer's scale, except where that rounding reorders two nearly
+    equidistant neighbours of a later layer's graph (as a different BLAS would). ``tests/test_pointcloud_models.py``
+    checks the outputs, gradients and statistics against the plain form in float64.
+    """
+    layers = list(edge_mlp)
+    conv, norm, act = layers[0]
+    c = x.shape[1]
+    weight = conv.weight.view(conv.weight.shape[0], 2 * c)
+    w_diff, w_centre = weight[:, :c], weight[:, c:]
+    neighbour = torch.matmul(w_diff, x)  # (B, C_out, P)
+    centre = torch.matmul(w_centre - w_diff, x)
+    if conv.bias is not None:
+        centre = centre + conv.bias.view(1, -1, 1)
+    h = norm(_neighbour_values(neighbour, idx) + centre.unsqueeze(-1))
+    for next_conv, next_norm, next_act in layers[1:]:
+        h = next_norm(next_conv(act(h)))
+        act = next_act
+    with torch.no_grad():
+        best = h.argmax(dim=-1, keepdim=True)
+    return act(h.gather(-1, best).squeeze(-1))
 
 
 class EdgeConv(nn.Module):
@@ -59,7 +107,7 @@ class EdgeConv(nn.Module):
         self.edge_mlp = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.edge_mlp(graph_feature(x, self.k)).amax(dim=-1)
+        return edge_conv(x, knn(x, self.k), self.edge_mlp)
 
 
 class SpatialTransform(nn.Module):
@@ -89,7 +137,7 @@ class SpatialTransform(nn.Module):
             self.to_matrix.bias.copy_(torch.eye(3).flatten())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        edges = self.edge_mlp(graph_feature(x, self.k)).amax(dim=-1)  # (B, 128, P)
+        edges = edge_conv(x, knn(x, self.k), self.edge_mlp)  # (B, 128, P)
         pooled = self.point_mlp(edges).amax(dim=-1)  # (B, 1024)
         return self.to_matrix(self.global_mlp(pooled)).view(-1, 3, 3)
 
@@ -257,4 +305,5 @@ __all__ = [
     "DGCNNSegmentationHead",
     "EdgeConv",
     "SpatialTransform",
+    "edge_conv",
 ]

@@ -26,8 +26,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from canonical_network.nn.knn import graph_feature
-from canonical_network.nn.vector_neurons import VNLinearLeakyReLU, vn_in_frame
+from canonical_network.nn.knn import knn
+from canonical_network.nn.vector_neurons import VNLinearLeakyReLU, channel_mix, vn_in_frame
 from canonical_network.prediction.dgcnn import (
     EDGE_CONV_BLOCKS,
     DGCNNClassificationHead,
@@ -40,9 +40,30 @@ from canonical_network.utils.checks import check_choice, check_fraction, check_i
 #: neighbours per head (Deng et al.'s training scripts: 20 and 40)
 
 
+def edge_linear(x: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``channel_mix(graph_feature(x, idx=idx), weight)`` without the ``(B, 2C, 3, P, k)`` edge features.
+
+    With ``weight = [W_d, W_c]`` (differences, centres) the map of the edge ``[x_j − x_i, x_i]`` is
+    ``W_d x_j + (W_c − W_d) x_i``: two channel mixes over the points, a gather and a sum. ``x`` ``(B, C, 3, P)``,
+    ``idx`` ``(B, P, k)``, ``weight`` ``(C_out, 2C)`` → ``(B, C_out, 3, P, k)``; the same values up to rounding
+    (``tests/test_pointcloud_models.py``)."""
+    c = x.shape[1]
+    w_diff, w_centre = weight[:, :c], weight[:, c:]
+    neighbour = channel_mix(x, w_diff)  # (B, C_out, 3, P)
+    centre = channel_mix(x, w_centre - w_diff)
+    b, c_out, _, p = neighbour.shape
+    k = idx.shape[-1]
+    flat = idx.reshape(b, 1, p * k).expand(b, 3 * c_out, p * k)
+    gathered = neighbour.reshape(b, 3 * c_out, p).gather(2, flat).view(b, c_out, 3, p, k)
+    return gathered + centre.unsqueeze(-1)
+
+
 class VNEdgeConv(nn.Module):
     """``(B, C, 3, P)`` → ``(B, widths[-1], 3, P)``: kNN in VN feature space, edge features
-    ``[x_j − x_i, x_i]`` ``(B, 2C, 3, P, k)``, VN layers, pooling over the neighbours. O(3)-equivariant."""
+    ``[x_j − x_i, x_i]`` ``(B, 2C, 3, P, k)``, VN layers, pooling over the neighbours. O(3)-equivariant.
+
+    The first layer's two linear maps (features and non-linearity directions) are applied to the points
+    before the gather (:func:`edge_linear`), so the edge features themselves are never built."""
 
     def __init__(
         self,
@@ -63,7 +84,12 @@ class VNEdgeConv(nn.Module):
         self.pool = vn_pool(pooling, c_in)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.pool(self.edge_mlp(graph_feature(x, self.k)))
+        idx = knn(x, self.k)
+        first = self.edge_mlp[0]
+        h = first.activate(edge_linear(x, idx, first.linear.weight), edge_linear(x, idx, first.direction.weight))
+        for layer in self.edge_mlp[1:]:
+            h = layer(h)
+        return self.pool(h)
 
 
 
@@ -147,4 +173,4 @@ class VNDGCNN(PointCloudPredictor):
         return self.head(invariant.amax(dim=-1), one_hot, skip)
 
 
-__all__ = ["VNDGCNN", "VNEdgeConv"]
+__all__ = ["VNDGCNN", "VNEdgeConv", "edge_linear"]
