@@ -438,6 +438,50 @@ def tensor_field_step(path: Path = TENSOR_FIELD_STEP) -> list[str]:
     return lines
 
 
+#: the record the ``edge-conv-step`` block renders (``scripts/benchmark_edge_conv.py --output``)
+EDGE_CONV_STEP = PROJECT_ROOT / "docs" / "benchmarks" / "edge_conv_step.json"
+
+
+def edge_conv_step(path: Path = EDGE_CONV_STEP) -> list[str]:
+    """Per network and head: seconds of a training step and an evaluation batch with EdgeConv's plain form and
+    the package's (``edge_conv``, ``edge_linear``), their paired ratios, the steps' peak memory, how far the copies drifted apart, and how far
+    each form's float32 gradients are from float64; how the record was made."""
+    record = json.loads(path.read_text())
+
+    def peak(value: float | None) -> str:
+        return "–" if value is None else f"{value / 1024:.1f} GB"
+
+    lines = ["| network | head | clouds × points, k | training step, plain / package | paired ratio "
+             "| evaluation batch, plain / package | paired ratio | peak memory of a step, plain / package "
+             "| float32 gradients off float64, plain / package |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    names = {"dgcnn": "DGCNN", "vn_dgcnn": "VN-DGCNN"}
+    for row in record["rows"]:
+        gradients = "; ".join(f"{g['plain_float32']:.1e} / {g['edge_conv_float32']:.1e}" for g in row["gradients"])
+        lines.append(f"| {names[row['network']]} | {row['head']} | {row['batch']} × {row['points']:,}, {row['k']} "
+                     f"| {row['plain_train_s']:.1f} s / {row['edge_conv_train_s']:.1f} s | {row['train_ratio']:.2f}× "
+                     f"| {row['plain_eval_s']:.1f} s / {row['edge_conv_eval_s']:.1f} s | {row['eval_ratio']:.2f}× "
+                     f"| {peak(row['plain_peak_mb'])} / {peak(row['edge_conv_peak_mb'])} | {gradients or '–'} |")
+    lines += ["", f"Measured {record['created'][:10]} by `{record['command']}` on {record['machine']}, torch "
+                  f"{record['torch']}, {record['threads']} thread(s), load average {record['load_start']:.1f} at "
+                  f"the start and {record['load_end']:.1f} at the end: the reference widths built twice from one "
+                  f"seed, one SGD step of each per round on one batch of random clouds, {record['rounds']} rounds "
+                  "after one warm-up step, the order alternating; wall time (`time.perf_counter`), medians over the "
+                  "rounds, ratios paired within a round; peak: resident memory above the step's start (`VmHWM`). "
+                  "After the steps the copies' weights were at most "
+                  + ", ".join(f"{row['largest_weight_difference']:.1g}" for row in record["rows"])
+                  + " apart (the two forms round differently; the gradients' column says by how much that is "
+                  "float32's own noise): the largest relative 2-norm error of a parameter's float32 gradient "
+                  "against the plain form in float64, one batch per seed (`gradient_agreement`)."]
+    for head in dict.fromkeys(row["head"] for row in record["rows"]):
+        checks = [g for row in record["rows"] if row["head"] == head for g in row["gradients"]]
+        further = sum(g["edge_conv_float32"] > g["plain_float32"] for g in checks)
+        if checks:
+            lines[-1] += (f" {head.capitalize()}: the package's form was the further off in {further} of "
+                          f"{len(checks)} batches.")
+    return lines
+
+
 #: the record the ``shapes40-difficulty`` block renders (``scripts/shapes40_difficulty.py --json``)
 SHAPES40_DIFFICULTY = PROJECT_ROOT / "docs" / "benchmarks" / "shapes40_difficulty.json"
 
@@ -655,6 +699,7 @@ GENERATORS: dict[str, Callable[[], list[str]]] = {"config-groups": config_groups
                                                    "symmetrization-cost": symmetrization_cost,
                                                    "compile-nbody": compile_nbody,
                                                    "tensor-field-step": tensor_field_step,
+                                                   "edge-conv-step": edge_conv_step,
                                                    "shapes40-difficulty": shapes40_difficulty,
                                                    "run-costs": run_costs, "authors-nbody": authors_nbody,
                                                    "escnn-build": escnn_build, "nbody-generation": nbody_generation}

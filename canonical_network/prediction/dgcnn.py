@@ -92,7 +92,8 @@ def edge_conv(x: torch.Tensor, idx: torch.Tensor, edge_mlp: nn.Sequential) -> to
 
 class EdgeConv(nn.Module):
     """``(B, C, P)`` → ``(B, widths[-1], P)``: kNN in the input feature space, edge features
-    ``[x_j − x_i, x_i]`` ``(B, 2C, P, k)``, the edge layers, max over neighbours."""
+    ``[x_j − x_i, x_i]`` ``(B, 2C, P, k)``, the edge layers, max over neighbours (computed by :func:`edge_conv`,
+    which never builds the edge features themselves)."""
 
     def __init__(
         self, in_channels: int, widths: tuple[int, ...], k: int, negative_slope: float = 0.2
