@@ -221,6 +221,14 @@ def test_graph_feature_content_and_shapes():
     assert torch.equal(feat[b, 4:, i, j], x[b, :, i])
     vn = torch.randn(2, 4, 3, 10, generator=seeded_gen(14))
     assert gather_neighbours(vn, idx).shape == (2, 4, 3, 10, 3)
+    # every entry, both layouts, against plain indexing: x[b, c, (a,) idx[b, i, j]]
+    batch, channel = torch.arange(2).view(2, 1, 1, 1), torch.arange(4).view(1, 4, 1, 1)
+    assert torch.equal(gather_neighbours(x, idx), x[batch, channel, idx.unsqueeze(1)])
+    axis = torch.arange(3).view(1, 1, 3, 1, 1)
+    assert torch.equal(gather_neighbours(vn, idx), vn[batch.unsqueeze(-1), channel.unsqueeze(-1), axis,
+                                                      idx.view(2, 1, 1, 10, 3)])
+    # one graph (batch 1) for a whole batch
+    assert torch.equal(gather_neighbours(x, idx[:1]), gather_neighbours(x, idx[:1].expand(2, -1, -1)))
     assert graph_feature(vn, 3).shape == (2, 8, 3, 10, 3)
     assert graph_feature(vn, 3, cross=True).shape == (2, 12, 3, 10, 3)
     with pytest.raises(ValueError, match="cross"):

@@ -291,17 +291,17 @@ def _knn_pruned(
 
 
 def gather_neighbours(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """Features of the neighbours ``idx`` ``(B, N, k)``.
+    """Features of the neighbours ``idx`` ``(B, M, k)`` (indices into the ``N`` points of ``x``).
 
-    ``(B, C, N)`` → ``(B, C, N, k)``; VN ``(B, C, 3, N)`` → ``(B, C, 3, N, k)``.
+    ``(B, C, N)`` → ``(B, C, M, k)``; VN ``(B, C, 3, N)`` → ``(B, C, 3, M, k)``. One gather along the points of
+    the channel-first features (contiguous output; cheaper than gathering point-major rows and permuting).
     """
-    points = _flatten_points(x)  # (B, N, D)
-    batch = torch.arange(points.shape[0], device=points.device).view(-1, 1, 1)
-    neighbours = points[batch, idx]  # (B, N, k, D)
-    neighbours = neighbours.permute(0, 3, 1, 2)  # (B, D, N, k)
-    if x.dim() == 4:
-        neighbours = neighbours.reshape(x.shape[0], x.shape[1], 3, *idx.shape[1:])
-    return neighbours
+    _flatten_points(x)  # checks the layout
+    idx = idx.expand(x.shape[0], *idx.shape[1:])  # one graph for the whole batch broadcasts, as indexing did
+    b, rows, k = idx.shape
+    flat = x.reshape(b, -1, x.shape[-1])  # (B, D, N)
+    index = idx.reshape(b, 1, rows * k).expand(b, flat.shape[1], rows * k)
+    return flat.gather(2, index).view(*x.shape[:-1], rows, k)
 
 
 def graph_feature(

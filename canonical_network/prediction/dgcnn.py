@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from canonical_network.nn.knn import knn
+from canonical_network.nn.knn import gather_neighbours, knn
 from canonical_network.prediction.pointnet import PointCloudPredictor, category_one_hot, check_points, scaled
 from canonical_network.utils.checks import check_fraction, check_int, check_positive
 
@@ -40,13 +40,6 @@ def _point_layer(c_in: int, c_out: int, negative_slope: float) -> nn.Sequential:
     return nn.Sequential(
         nn.Conv1d(c_in, c_out, 1, bias=False), nn.BatchNorm1d(c_out), nn.LeakyReLU(negative_slope)
     )
-
-
-def _neighbour_values(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """``values`` ``(B, C, P)`` at the neighbours ``idx`` ``(B, P, k)`` of every point: ``(B, C, P, k)``."""
-    b, c, p = values.shape
-    flat = idx.reshape(b, 1, -1).expand(b, c, idx.shape[1] * idx.shape[2])
-    return values.gather(2, flat).view(b, c, idx.shape[1], idx.shape[2])
 
 
 def edge_conv(x: torch.Tensor, idx: torch.Tensor, edge_mlp: nn.Sequential) -> torch.Tensor:
@@ -81,7 +74,7 @@ def edge_conv(x: torch.Tensor, idx: torch.Tensor, edge_mlp: nn.Sequential) -> to
     centre = torch.matmul(w_centre - w_diff, x)
     if conv.bias is not None:
         centre = centre + conv.bias.view(1, -1, 1)
-    h = norm(_neighbour_values(neighbour, idx) + centre.unsqueeze(-1))
+    h = norm(gather_neighbours(neighbour, idx) + centre.unsqueeze(-1))
     for next_conv, next_norm, next_act in layers[1:]:
         h = next_norm(next_conv(act(h)))
         act = next_act

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from canonical_network.nn.knn import knn
+from canonical_network.nn.knn import gather_neighbours, knn
 from canonical_network.nn.vector_neurons import VNLinearLeakyReLU, channel_mix, vn_in_frame
 from canonical_network.prediction.dgcnn import (
     EDGE_CONV_BLOCKS,
@@ -51,11 +51,7 @@ def edge_linear(x: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor) -> tor
     w_diff, w_centre = weight[:, :c], weight[:, c:]
     neighbour = channel_mix(x, w_diff)  # (B, C_out, 3, P)
     centre = channel_mix(x, w_centre - w_diff)
-    b, c_out, _, p = neighbour.shape
-    k = idx.shape[-1]
-    flat = idx.reshape(b, 1, p * k).expand(b, 3 * c_out, p * k)
-    gathered = neighbour.reshape(b, 3 * c_out, p).gather(2, flat).view(b, c_out, 3, p, k)
-    return gathered + centre.unsqueeze(-1)
+    return gather_neighbours(neighbour, idx) + centre.unsqueeze(-1)
 
 
 class VNEdgeConv(nn.Module):
