@@ -69,6 +69,26 @@ def benchmark_environment(device: Any = None) -> dict[str, Any]:
     return env
 
 
+def status_mb(key: str) -> float:
+    """A memory line of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in MB (OSError where there is no /proc,
+    KeyError where the line is missing)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(key)
+
+
+def reset_peak() -> float | None:
+    """Reset the process's peak resident memory (``VmHWM``) to its current resident memory by writing 5 to
+    ``/proc/self/clear_refs``; return that (MB), or ``None`` where this is not allowed. A benchmark's peak of a
+    call is then ``status_mb("VmHWM")`` minus it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return status_mb("VmRSS")
+    except OSError:
+        return None
+
+
 def load_average() -> float | None:
     """The 1-minute load average (None where the platform has none): benchmark records state it at their start
     and end, since other processes share the cores."""

@@ -47,22 +47,6 @@ GRADIENT_BATCH = {"classification": 8, "segmentation": 2}
 FORMS = ("plain", "edge_conv")
 
 
-def _status_mb(key: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    raise KeyError(key)
-
-
-def _reset_peak() -> float | None:
-    """Reset ``VmHWM`` to the current resident memory; return that (MB), or ``None`` if not allowed."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return _status_mb("VmRSS")
-    except OSError:
-        return None
-
-
 def _plain_dgcnn(block, x):
     """DGCNN's EdgeConv as written in the paper's code: the edge features, the edge layers, the max."""
     from canonical_network.nn.knn import graph_feature
@@ -116,6 +100,8 @@ def build(network: str, head: str, seed: int):
 def measure(network: str, head: str, rounds: int, seed: int) -> dict:
     import torch
 
+    from canonical_network.report_inference import reset_peak, status_mb
+
     batch, points, outputs, categories = SIZES[head]
     models = {name: build(network, head, seed) for name in FORMS}
     generator = torch.Generator().manual_seed(seed)
@@ -135,7 +121,7 @@ def measure(network: str, head: str, rounds: int, seed: int) -> dict:
             return model(clouds) if category is None else model(clouds, category)
 
     def train_step(name: str) -> tuple[float, float | None]:
-        start_rss = _reset_peak()
+        start_rss = reset_peak()
         begin = time.perf_counter()
         models[name].train()
         optimizers[name].zero_grad()
@@ -145,7 +131,7 @@ def measure(network: str, head: str, rounds: int, seed: int) -> dict:
             loss.backward()
         optimizers[name].step()
         seconds = time.perf_counter() - begin
-        return seconds, None if start_rss is None else max(0.0, _status_mb("VmHWM") - start_rss)
+        return seconds, None if start_rss is None else max(0.0, status_mb("VmHWM") - start_rss)
 
     def eval_batch(name: str) -> float:
         begin = time.perf_counter()

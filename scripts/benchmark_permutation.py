@@ -59,7 +59,7 @@ import torch
 
 from canonical_network.canonicalization.permutation import PermutationCanonicalizer
 from canonical_network.prediction.pointnet import PointNet
-from canonical_network.report_inference import benchmark_environment, command_line
+from canonical_network.report_inference import benchmark_environment, command_line, reset_peak, status_mb
 
 SIZES = (5, 16, 64, 256, 1024)
 #: the rows of the record, in the order each n times them
@@ -96,22 +96,6 @@ class SavedBytes:
         return sum(self.storages.values()) / MB
 
 
-def _status_mb(key: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    raise KeyError(key)
-
-
-def reset_peak() -> float | None:
-    """Reset ``VmHWM`` to the current resident memory; return that (MB), or ``None`` if not allowed."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return _status_mb("VmRSS")
-    except OSError:
-        return None
-
-
 def measure(step: Callable[[], tuple[torch.Tensor, bool]]) -> dict[str, float | None]:
     """One call of ``step`` (returns its output and whether to run backward): seconds forward and forward +
     backward, saved-tensor MB and peak resident MB above the start."""
@@ -123,7 +107,7 @@ def measure(step: Callable[[], tuple[torch.Tensor, bool]]) -> dict[str, float | 
     if backward:
         loss.backward()
     total_s = time.perf_counter() - begin
-    peak = None if start_rss is None else max(0.0, _status_mb("VmHWM") - start_rss)
+    peak = None if start_rss is None else max(0.0, status_mb("VmHWM") - start_rss)
     return {"forward_s": forward_s, "forward_backward_s": total_s if backward else None,
             "saved_mb": saved.megabytes, "peak_mb": peak}
 

@@ -21,6 +21,8 @@ from canonical_network.report_inference import (
     command_line,
     paper_inference,
     render_inference,
+    reset_peak,
+    status_mb,
     timing_record,
 )
 from canonical_network.utils.config import PROJECT_ROOT
@@ -279,3 +281,19 @@ def test_image_benchmark_json_has_what_the_report_reads(tmp_path):
     record = _assert_record(out)
     assert [row["key"] for row in record["rows"]] == ["cn_p2", "gcnn_p2"]
     assert record["benchmark"] == "image_inference" and record["paper_ref"] == "fig3"
+
+
+def test_reset_peak_then_status_mb_measures_a_calls_peak():
+    """The benchmarks' peak of a call: after ``reset_peak`` the peak is the resident memory of now, and a buffer
+    of 64 MB written in between and freed raises it by about that much."""
+    import torch
+
+    start = reset_peak()
+    if start is None:
+        pytest.skip("this system does not allow resetting the peak (/proc/self/clear_refs)")
+    assert status_mb("VmHWM") - start < 16  # reset: no earlier, larger peak left
+    buffer = torch.ones(16 * 2**20)  # 64 MB, written
+    del buffer
+    assert status_mb("VmHWM") - start >= 48
+    with pytest.raises(KeyError, match="NoSuchLine"):
+        status_mb("NoSuchLine")
