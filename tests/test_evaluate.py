@@ -257,6 +257,27 @@ def test_command_line_evaluates_into_its_own_folder_with_the_training_loggers(im
     assert not (tmp_path / "refused").exists()
 
 
+@pytest.mark.slow
+def test_command_line_on_three_processes_reports_the_one_process_metrics(nbody_run, tmp_path):
+    """The command docs/reproducing.md gives for DDP evaluation, ``evaluate ckpt_path=<file> trainer=ddp_cpu
+    trainer.devices=3``, on a learned-canonicalizer checkpoint whose 16 test systems do not divide by 3: the
+    metrics of one process. Tolerance: the processes' partial sums (MSE, losses) are added in another order,
+    rel 2¹² eps32, as tests/test_ddp_evaluation.py; a sample counted twice or dropped moves the MSE by ~1/16."""
+    _, ckpt = nbody_run
+    single = evaluate(compose_evaluation(ckpt, ["logger=none", "trainer=cpu"], tmp_path / "one"))
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "canonical_network.evaluate", f"ckpt_path={ckpt}", "trainer=ddp_cpu",
+                           "trainer.devices=3", "logger=none", f"hydra.run.dir={tmp_path / 'three'}"],
+                          cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parallel = read_results(tmp_path / "three")
+    assert parallel["config"]["trainer"]["devices"] == 3 and parallel["status"] == EVALUATED
+    assert parallel["metrics"].keys() == single["metrics"].keys() and "test/mse" in single["metrics"]
+    rtol = 2**12 * torch.finfo(torch.float32).eps
+    for key, value in single["metrics"].items():
+        assert parallel["metrics"][key] == pytest.approx(value, rel=rtol, abs=0), key
+
+
 def test_command_line_needs_one_checkpoint():
     assert _command_line(["ckpt_path=a.ckpt", "seed=1"]) == ("a.ckpt", ["ckpt_path=a.ckpt", "seed=1"])
     with pytest.raises(ConfigError, match="ckpt_path is required"):
