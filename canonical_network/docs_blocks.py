@@ -200,9 +200,12 @@ def protocol_cost_table(record: dict) -> list[str]:
                 lines.append(f"| {table['title']} | `{row}` | | | | not measured: {timing['error']} | | |")
                 continue
             batch = str(timing["batch_size"])
+            label = f"`{row}`"
+            if timing.get("timed_in") in record["tables"]:  # the same row as another table's: its timing
+                label += f" (timed for {record['tables'][timing['timed_in']]['title'].split(' (')[0]})"
             if "protocol_batch_size" in timing:  # timed at a smaller batch: the protocol's did not fit in memory
                 batch += f" ({timing['protocol_batch_size']} did not fit in memory)"
-            lines.append(f"| {table['title']} | `{row}` | {batch} | {timing['train_step_s']:.3f} | "
+            lines.append(f"| {table['title']} | {label} | {batch} | {timing['train_step_s']:.3f} | "
                          f"{timing['eval_batch_s']:.3f} | {timing['hours_per_run']:,.2f} | {runs} | "
                          f"{timing['hours_per_run'] * runs:,.1f} |")
         protocols = f" × {table['protocols']} rotation protocols" if table["protocols"] > 1 else ""

@@ -5,7 +5,9 @@
     python scripts/protocol_cost.py --device cuda            # GPU-hours, on a machine with a GPU
     python scripts/protocol_cost.py --output docs/reproduction/benchmarks/protocol_cost_cpu.json --markdown
 
-For every row of a table, the row's own experiment config (``configs/experiment``) is built exactly as
+A row is an experiment (``configs/experiment``), with overrides after it where a table's cells are settings of
+one experiment (Table 6: ``rotmnist/cn_p4 canonicalization.num_layers=2 canonicalization.num_rotations=16``).
+For every row of a table, the row's own experiment config is built exactly as
 ``canonical_network.train`` builds it, at the paper's input sizes (1,024 points for ModelNet40, 2,048 for
 ShapeNet-part, 28 × 28 digits, 5 particles) and batch sizes, and a Lightning ``Trainer`` times
 ``--train-steps`` optimizer steps (after ``--warmup`` untimed ones) and ``--val-steps`` evaluation batches on
@@ -72,6 +74,19 @@ PROTOCOLS: dict[str, Protocol] = {
         ("data.num_workers=0",), train=10_000, val=2_000, test=50_000, epochs=100),
     # App. G.2: 10,000 epochs (EGNN's protocol: validation every 5 epochs, the best-validation epoch tested);
     # nbody_small: 3,000 of 10,000 training simulations, 2,000 validation, 2,000 test
+    # Table 2 (augmentation ablation), same protocol as Table 1. CN(pretrained)-CNN is timed as CN(p64)-CNN with its
+    # canonicalizer frozen: the same networks (the pretrained one is a trained CN(p64) run's canonicalizer, kept
+    # frozen), whose weights' values do not change a step's cost; the real row needs that run's checkpoint.
+    "rotmnist_table2": Protocol(
+        "Table 2 (Rotated MNIST, augmentation)",
+        ("rotmnist/cnn", "rotmnist/cnn_aug", "rotmnist/cn_p64", "rotmnist/cn_p64 canonicalization.freeze=true"),
+        ("data.num_workers=0",), train=10_000, val=2_000, test=50_000, epochs=100),
+    # Table 6 (App.: canonicalizer layers x order of the rotation group), configs/sweep/rotmnist_table6.yaml's cells
+    "rotmnist_table6": Protocol(
+        "Table 6 (Rotated MNIST, canonicalizer layers × order)",
+        tuple(f"rotmnist/cn_p4 canonicalization.num_layers={layers} canonicalization.num_rotations={order}"
+              for layers in (1, 2, 3) for order in (4, 8, 16, 32, 64)),
+        ("data.num_workers=0",), train=10_000, val=2_000, test=50_000, epochs=100),
     "nbody": Protocol(
         "Table 3 (N-body)",
         ("nbody/linear", "nbody/gnn", "nbody/egnn", "nbody/fa_gnn", "nbody/cn_gnn", "nbody/cn_gnn_o3",
@@ -138,15 +153,21 @@ def _timing_callback(warmup: int, clock):
     return StepTimes()
 
 
-def time_row(experiment: str, overrides: tuple[str, ...], device: str, warmup: int, train_steps: int,
+def row_overrides(row: str, overrides: tuple[str, ...] = ()) -> list[str]:
+    """The overrides that build a row's config: its experiment, the row's own settings, the table's sizes."""
+    experiment, *settings = row.split()
+    return [f"experiment={experiment}", *settings, *overrides]
+
+
+def time_row(row: str, overrides: tuple[str, ...], device: str, warmup: int, train_steps: int,
              val_steps: int) -> dict:
-    """Median seconds per training step and per evaluation batch of one experiment, and its batch size."""
+    """Median seconds per training step and per evaluation batch of one row, and its batch size."""
     import hydra
     from lightning import Trainer
 
     from canonical_network.utils.config import compose_experiment
 
-    cfg = compose_experiment([f"experiment={experiment}", *overrides])
+    cfg = compose_experiment(row_overrides(row, overrides))
     datamodule = hydra.utils.instantiate(cfg.data)
     model = hydra.utils.instantiate(cfg.model)
     # On a CPU the process's CPU time (one thread: the wall time of a quiet machine, and nearly blind to other
@@ -159,7 +180,7 @@ def time_row(experiment: str, overrides: tuple[str, ...], device: str, warmup: i
     trainer.fit(model, datamodule=datamodule)
     if len(timer.train) < train_steps or len(timer.val) < val_steps:
         raise RuntimeError(
-            f"{experiment}: the embedded data gave {len(timer.train)} timed training steps and {len(timer.val)} "
+            f"{row}: the embedded data gave {len(timer.train)} timed training steps and {len(timer.val)} "
             f"evaluation batches; {train_steps} and {val_steps} were asked (lower --train-steps/--val-steps)")
     return {
         "batch_size": int(cfg.data.batch_size),
@@ -221,6 +242,18 @@ def _previous_rows(output: Path | None, record: dict) -> dict[str, dict[str, dic
             for name, table in earlier.get("tables", {}).items()}
 
 
+def _timed_elsewhere(row: str, table: str, record: dict, previous: dict[str, dict[str, dict]]) -> tuple[str, dict] | None:
+    """``(table, timing)`` of the same row timed for another table, in this run or kept from an earlier one."""
+    for name in PROTOCOLS:
+        if name == table:
+            continue
+        for rows in (record["tables"].get(name, {}).get("rows", {}), previous.get(name, {})):
+            timing = rows.get(row)
+            if timing is not None and "error" not in timing and "timed_in" not in timing:
+                return name, timing
+    return None
+
+
 #: the smallest batch a row that does not fit in memory is retried at (halving from the protocol's)
 SMALLEST_BATCH = 4
 
@@ -260,17 +293,18 @@ def _time_row_apart(table: str, row: str, args: argparse.Namespace) -> dict:
         return {"error": last[:160]}
 
 
-def _config_batch_size(experiment: str, overrides: tuple[str, ...]) -> int:
+def _config_batch_size(row: str, overrides: tuple[str, ...]) -> int:
     from canonical_network.utils.config import compose_experiment
 
-    return int(compose_experiment([f"experiment={experiment}", *overrides]).data.batch_size)
+    return int(compose_experiment(row_overrides(row, overrides)).data.batch_size)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tables", nargs="+", default=list(PROTOCOLS), choices=list(PROTOCOLS))
-    parser.add_argument("--rows", nargs="+", default=None, help="only these experiments (of the chosen tables)")
+    parser.add_argument("--rows", nargs="+", default=None,
+                        help="only these rows of the chosen tables (a row with settings is one quoted argument)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads on a CPU (default 1)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed training steps first (default 1)")
@@ -328,7 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     previous = _previous_rows(args.output, record) if args.resume else {}
     if previous:  # rows kept from an earlier run: the record spans both days
         earlier = json.loads(args.output.read_text()).get("date", "")
-        if earlier and record["date"] not in earlier:
+        if earlier and record["date"] in earlier:
+            record["date"] = earlier  # measured again on a day it already names
+        elif earlier:
             record["date"] = f"{earlier.split(' and ')[0]} and {record['date']}"
     for name in args.tables:
         protocol = PROTOCOLS[name]
@@ -339,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
             if row in previous.get(name, {}):
                 rows[row] = previous[name][row]
                 print(f"{row}: kept from {args.output}", file=sys.stderr, flush=True)
+            elif (other := _timed_elsewhere(row, name, record, previous)) is not None:
+                # the same row in another table (Table 2 repeats Table 1's): one timing, this table's hours
+                table_name, timing = other
+                rows[row] = {**timing, "timed_in": table_name, "hours_per_run": row_hours(protocol, timing)}
+                print(f"{row}: the timing of its row in {table_name}", file=sys.stderr, flush=True)
             else:
                 rows[row] = _time_row_apart(name, row, args)
                 if "error" in rows[row]:

@@ -24,7 +24,8 @@ def test_every_row_is_an_experiment_and_the_hours_follow_the_protocol():
     cost = _script()
     experiments = set(known_experiments())
     for protocol in cost.PROTOCOLS.values():
-        assert set(protocol.rows) <= experiments, set(protocol.rows) - experiments
+        named = {row.split()[0] for row in protocol.rows}
+        assert named <= experiments, named - experiments
     nbody = cost.PROTOCOLS["nbody"]
     timing = {"batch_size": 100, "val_interval": 5, "train_step_s": 0.01, "eval_batch_s": 0.004}
     # 30 training steps an epoch, 20 evaluation batches every 5 epochs, 20 test batches once
@@ -33,6 +34,29 @@ def test_every_row_is_an_experiment_and_the_hours_follow_the_protocol():
     modelnet = cost.PROTOCOLS["modelnet"]
     timing = {"batch_size": 32, "val_interval": 1, "train_step_s": 1.0, "eval_batch_s": 0.0}
     assert cost.row_hours(modelnet, timing) == pytest.approx(200 * math.ceil(9843 / 32) / 3600)
+
+
+def test_the_ablation_tables_time_the_cells_their_sweeps_run():
+    """Tables 2 and 6 (paper-slurm submits them): Table 6's rows are the layers x orders of its sweep, each row's
+    settings reach the config it is timed with, and Table 2 has the sweep's rows plus CN(pretrained) (timed as
+    CN(p64) with its canonicalizer frozen: the same networks)."""
+    from omegaconf import OmegaConf
+
+    from canonical_network.utils.config import CONFIG_DIR, compose_experiment
+
+    cost = _script()
+    sweep = OmegaConf.load(CONFIG_DIR / "sweep" / "rotmnist_table6.yaml").hydra.sweeper.params
+    cells = {(int(layers), int(order)) for layers in str(sweep["canonicalization.num_layers"]).split(",")
+             for order in str(sweep["canonicalization.num_rotations"]).split(",")}
+    timed = set()
+    for row in cost.PROTOCOLS["rotmnist_table6"].rows:
+        cfg = compose_experiment(cost.row_overrides(row, cost.PROTOCOLS["rotmnist_table6"].overrides))
+        timed.add((cfg.canonicalization.num_layers, cfg.canonicalization.num_rotations))
+    assert timed == cells and len(cells) == 15
+    table2 = OmegaConf.load(CONFIG_DIR / "sweep" / "rotmnist_table2.yaml").hydra.sweeper.params["experiment"]
+    rows = cost.PROTOCOLS["rotmnist_table2"].rows
+    assert set(str(table2).split(",")) | {"rotmnist/cn_p64 canonicalization.freeze=true"} == set(rows)
+    assert compose_experiment(cost.row_overrides(rows[-1])).canonicalization.freeze is True
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -141,3 +165,48 @@ def test_a_resumed_run_stopped_again_keeps_the_rows_it_had_not_reached(tmp_path,
     rows = json.loads(out.read_text())["tables"]["nbody"]["rows"]
     assert list(rows) == ["nbody/linear", "nbody/egnn"]  # egnn, measured by the first run, is still there
     assert all("hours_per_run" in timing for timing in rows.values())
+    # the record names the days its rows were measured on: an earlier day is kept when resumed on another, and a
+    # day it already names is not dropped when resumed on it again
+    today = json.loads(out.read_text())["date"]
+    state.update(stop_at=None)
+    for earlier, expected in (("2026-01-02", f"2026-01-02 and {today}"),
+                              (f"2026-01-02 and {today}", f"2026-01-02 and {today}")):
+        record = json.loads(out.read_text())
+        record["date"] = earlier
+        out.write_text(json.dumps(record))
+        assert cost.main([*args, "--resume"]) == 0
+        assert json.loads(out.read_text())["date"] == expected
+
+
+def test_a_row_two_tables_share_is_timed_once(tmp_path, monkeypatch):
+    """Table 2 repeats three of Table 1's rows: they are timed for Table 1 alone, and Table 2 counts its own hours
+    from that timing and says so in the docs table; its frozen CN(p64) row, a row of its own, is timed."""
+    import subprocess
+    import types
+
+    cost = _script()
+    timed = []
+    real_run = subprocess.run
+
+    def fake_run(command, **kwargs):
+        if "--one-row" not in command:
+            return real_run(command, **kwargs)
+        timed.append((command[command.index("--one-row") + 1], command[command.index("--one-row") + 2]))
+        timing = {"batch_size": 128, "val_interval": 1, "train_step_s": 0.5 + 0.01 * len(timed), "eval_batch_s": 0.1}
+        return types.SimpleNamespace(returncode=0, stdout=json.dumps(timing) + "\n", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    out = tmp_path / "cost.json"
+    frozen = "rotmnist/cn_p64 canonicalization.freeze=true"
+    assert cost.main(["--tables", "rotmnist", "rotmnist_table2", "--rows", "rotmnist/cnn", frozen,
+                      "--output", str(out)]) == 0
+    assert timed == [("rotmnist", "rotmnist/cnn"), ("rotmnist_table2", frozen)]
+    tables = json.loads(out.read_text())["tables"]
+    shared, own = tables["rotmnist_table2"]["rows"]["rotmnist/cnn"], tables["rotmnist"]["rows"]["rotmnist/cnn"]
+    assert shared["train_step_s"] == own["train_step_s"] and shared["timed_in"] == "rotmnist"
+    assert shared["hours_per_run"] == pytest.approx(cost.row_hours(cost.PROTOCOLS["rotmnist_table2"], own))
+    from canonical_network.docs_blocks import protocol_cost_table
+
+    table = "\n".join(protocol_cost_table(json.loads(out.read_text())))
+    assert "| Table 2 (Rotated MNIST, augmentation) | `rotmnist/cnn` (timed for Table 1) | 128 |" in table
+    assert f"| `{frozen}` | 128 |" in table
