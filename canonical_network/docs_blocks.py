@@ -219,6 +219,15 @@ def protocol_cost_table(record: dict) -> list[str]:
                      "the process's CPU time (one thread: the wall time of a quiet machine)")
                   + ". One device, one process, data in memory; no early stopping (an upper bound where the paper "
                   "stops early)."]
+    origins: dict[str, int] = {}
+    for table in record["tables"].values():
+        for timing in table["rows"].values():
+            if "error" not in timing and "timed_in" not in timing:
+                measured = timing.get("measured")
+                key = f"{measured['date']} on {measured['device']}" if measured else "day and device not recorded"
+                origins[key] = origins.get(key, 0) + 1
+    if len(origins) > 1 or "day and device not recorded" in origins:  # rows kept by --resume from other runs
+        lines[-1] += " Rows timed: " + "; ".join(f"{n} {when}" for when, n in origins.items()) + "."
     return lines
 
 

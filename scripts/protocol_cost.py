@@ -293,6 +293,21 @@ def _time_row_apart(table: str, row: str, args: argparse.Namespace) -> dict:
         return {"error": last[:160]}
 
 
+def _device_name(device: str) -> str:
+    """The GPU's name, or the CPU's model and cores (``/proc/cpuinfo``, else the architecture)."""
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.get_device_name(0)
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"CPU ({model}, {os.cpu_count()} cores)"
+
+
 def _config_batch_size(row: str, overrides: tuple[str, ...]) -> int:
     from canonical_network.utils.config import compose_experiment
 
@@ -351,8 +366,7 @@ def main(argv: list[str] | None = None) -> int:
                                          *(argv if argv is not None else sys.argv[1:])]),
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "device": args.device,
-        "device_name": (torch.cuda.get_device_name(0) if args.device == "cuda"
-                        else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"),
+        "device_name": _device_name(args.device),
         "threads": args.threads,
         "load_start": os.getloadavg()[0],
         "train_steps": args.train_steps,
@@ -386,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{row}: {rows[row]['error']}", file=sys.stderr, flush=True)
                 else:
                     rows[row]["hours_per_run"] = row_hours(protocol, rows[row])
+                    # rows kept by --resume may come from other days and machines: each says its own
+                    rows[row]["measured"] = {"date": datetime.now(UTC).strftime("%Y-%m-%d"),
+                                             "device": record["device_name"]}
                     print(f"{row}: {rows[row]['train_step_s']:.3f} s a training step, {rows[row]['eval_batch_s']:.3f} "
                           f"s an evaluation batch -> {rows[row]['hours_per_run']:.2f} h a run", file=sys.stderr,
                           flush=True)

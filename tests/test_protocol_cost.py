@@ -210,3 +210,11 @@ def test_a_row_two_tables_share_is_timed_once(tmp_path, monkeypatch):
     table = "\n".join(protocol_cost_table(json.loads(out.read_text())))
     assert "| Table 2 (Rotated MNIST, augmentation) | `rotmnist/cnn` (timed for Table 1) | 128 |" in table
     assert f"| `{frozen}` | 128 |" in table
+    # each timed row says when and where: a record whose rows all come from this run needs no list of them, one
+    # holding rows of an earlier run (--resume) or of unknown origin lists the origins
+    record = json.loads(out.read_text())
+    assert own["measured"] == shared["measured"] == {"date": record["date"], "device": record["device_name"]}
+    assert "Rows timed" not in table
+    del record["tables"]["rotmnist"]["rows"]["rotmnist/cnn"]["measured"]
+    footer = protocol_cost_table(record)[-1]
+    assert f"Rows timed: 1 {record['date']} on {record['device_name']}; 1 day and device not recorded." in footer
