@@ -81,7 +81,10 @@ def status_mb(key: str) -> float:
 def reset_peak() -> float | None:
     """Reset the process's peak resident memory (``VmHWM``) to its current resident memory by writing 5 to
     ``/proc/self/clear_refs``; return that (MB), or ``None`` where this is not allowed. A benchmark's peak of a
-    call is then ``status_mb("VmHWM")`` minus it."""
+    call is then ``status_mb("VmHWM")`` minus it: the memory the call made resident. Memory the allocator serves
+    from pages the process already holds (freed earlier but kept, as glibc keeps blocks under its mmap threshold,
+    32 MB at most) raises no peak, so a call measured after others in a long-lived process can read low; a fresh
+    process reads what the call needs."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
         return status_mb("VmRSS")
