@@ -312,6 +312,10 @@ def diagnosed_metrics(run_dir: Path | str) -> dict[str, float]:
         return {}
 
 
+#: the synthetic shapes' difficulty settings: a run that sets one is on a data set of its own (:func:`dataset_of`)
+SHAPES_DIFFICULTY_KEYS = ("data.noise_std", "data.part_dropout", "data.sampling_bias", "data.scale_jitter")
+
+
 def dataset_of(run: dict) -> tuple[str, bool]:
     """``(name, comparable)``: the run's data set and whether the paper's numbers were measured on it.
 
@@ -327,7 +331,10 @@ def dataset_of(run: dict) -> tuple[str, bool]:
         # other sizes are another table
         sizes = [f"{value:,} {what}" for key, what in (("num_points", "points"), ("num_train", "training clouds"))
                  if isinstance(value := run.get(f"config.data.{key}"), int)]
-        name = ", ".join([name, *sizes])
+        # a difficulty set on the command line makes other data: named, so never pooled with the defaults' runs
+        knobs = [f"{key.removeprefix('data.')} {value}" for override in run.get("overrides") or []
+                 for key, _, value in [override.partition("=")] if key in SHAPES_DIFFICULTY_KEYS]
+        name = ", ".join([name, *sizes, *sorted(knobs)])
     # Upright training (adapt_mnist/*) or upright test digits: another protocol than the paper's rotated data
     upright = [what for key, what in (("train_rotation", "training"), ("test_rotation", "test"))
                if run.get(f"config.data.{key}") == "none"]
@@ -373,6 +380,7 @@ NEUTRAL_OVERRIDE_PREFIXES = (
     "data.rotation=",  # selects the column of a point-cloud table (matched through config.data.rotation)
     "data=",  # the data set: tables and reports give each data set its own table (records.dataset_of)
     "data.num_points=", "data.num_train=",  # synthetic_shapes' size: named by dataset_of, so its own table
+    *(f"{key}=" for key in SHAPES_DIFFICULTY_KEYS),  # and its difficulty, likewise
     "data.download=",  # whether the archive may be fetched, not what is read (the files are checked either way)
     "skip_finished=",  # what a resubmitted job does with its finished folder (scripts/reproduce.sh paper-slurm)
 )

@@ -403,12 +403,27 @@ case "${1:-}" in
   shapes40)  # issue 37 item 5: how DGCNN and CN(NL)-DGCNN fare under z/z on the 40-class set (data=synthetic_shapes40)
              # at the point-cloud budget (PC_POINTS, PC_TRAIN, PC_EPOCHS: by default the pointclouds-cpu stage's 256
              # points, 1,000 clouds, 5 epochs, ~20-30 CPU-min a DGCNN run); the band's setting (DGCNN 85-95 % at 1,024
-             # points) is PC_POINTS=1024 PC_TRAIN=4000 and the epochs a GPU allows (EXTRA="trainer=gpu"). DGCNN
+             # points) is PC_POINTS=1024 PC_TRAIN=4000 with PC_EPOCHS=10 (hours a run on a CPU) or more on a GPU (EXTRA="trainer=gpu"). DGCNN
              # seed 0 first. Folders s40_pts<points>[_n<clouds>]_z_z[_ep<epochs>]; the report's Table 4 shows them
              # as their own data set, and scripts/shapes40_difficulty.py puts them beside its descriptor's floor
-    local s40="s40_${PC_TAG}${PC_N}_z_z${PC_EP}"
-    run "$s40" 0 modelnet/dgcnn modelnet/cn_nl_dgcnn -- data=synthetic_shapes40 data.rotation=z/z "${PC[@]}"
-    run "$s40" "1 2" modelnet/dgcnn modelnet/cn_nl_dgcnn -- data=synthetic_shapes40 data.rotation=z/z "${PC[@]}" ;;
+             # S40_DATA="data.scale_jitter=0.5 ..." sets the generator's difficulty (noise_std, part_dropout,
+             # sampling_bias, scale_jitter), named in the folder (s40_pts1024_n4000_scale_jitter0.5_z_z_ep10) and by
+             # the report as a data set of its own
+    local s40_data=() s40_tag="" setting
+    read -r -a s40_data <<< "${S40_DATA:-}"
+    for setting in "${s40_data[@]}"; do
+      if [[ ! "$setting" =~ ^data\.(noise_std|part_dropout|sampling_bias|scale_jitter)=[0-9]+(\.[0-9]+)?$ ]]; then
+        echo "reproduce.sh: S40_DATA takes data.<key>=<number> with key noise_std, part_dropout, sampling_bias or" \
+          "scale_jitter; got '$setting'" >&2
+        exit 2
+      fi
+      s40_tag+="_${setting#data.}"; s40_tag="${s40_tag/=/}"
+    done
+    local s40="s40_${PC_TAG}${PC_N}${s40_tag}_z_z${PC_EP}"
+    run "$s40" 0 modelnet/dgcnn modelnet/cn_nl_dgcnn -- data=synthetic_shapes40 data.rotation=z/z "${PC[@]}" \
+      ${s40_data[@]+"${s40_data[@]}"}
+    run "$s40" "1 2" modelnet/dgcnn modelnet/cn_nl_dgcnn -- data=synthetic_shapes40 data.rotation=z/z "${PC[@]}" \
+      ${s40_data[@]+"${s40_data[@]}"} ;;
   shapenet-cpu)  # every row of Table 5b (part segmentation, synthetic shapes) at the same budget, its two protocols:
                  # the PointNet rows, VN-PointNet, the DGCNN rows, VN-DGCNN (costs: docs/measurements.md run-costs)
     pc_run "0 1" "z/so3 so3/so3" shapenet/pointnet shapenet/cn_nl_pointnet shapenet/cn_l_pointnet shapenet/cn_frozen_pointnet

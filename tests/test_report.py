@@ -247,6 +247,14 @@ def test_synthetic_shapes_sizes_name_their_own_data_and_are_no_variant():
     assert dataset_of(small) == ("synthetic_shapes (not the paper's data), 256 points, 1,000 training clouds", False)
     assert dataset_of(full)[0] != dataset_of(small)[0]  # never pooled in one table
     assert variant_of(small) == ()  # a row of that table, not an ablation of the 1,024-point row
+    # a difficulty set on the command line is other data too: named, never pooled with the defaults' runs, no variant
+    shapes40 = "canonical_network.data.synthetic_shapes40.SyntheticShapes40DataModule"
+    default40 = {"config.data._target_": shapes40, "config.data.num_points": 1024, "config.data.num_train": 4000,
+                 "config.data.scale_jitter": 0.35, "overrides": ["experiment=modelnet/dgcnn", "data=synthetic_shapes40"]}
+    harder = {**default40, "config.data.scale_jitter": 0.5,
+              "overrides": [*default40["overrides"], "data.scale_jitter=0.5", "data.part_dropout=0.45"]}
+    assert dataset_of(harder)[0] == dataset_of(default40)[0] + ", part_dropout 0.45, scale_jitter 0.5"
+    assert variant_of(harder) == variant_of(default40) == ()
     # other data modules keep their names: their sizes are not settings of the data set
     assert dataset_of({"config.data._target_": MNIST5K, "config.data.num_train": 3}) == (
         "rotated_mnist_5k (5,000 MNIST digits, ours)", True)

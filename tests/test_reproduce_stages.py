@@ -134,3 +134,19 @@ def test_paper_slurm_names_a_seed_whose_cn_p64_record_has_no_checkpoint_file(sta
     assert "experiment=rotmnist/cn_pretrained" not in proc.stdout
     for seed in (0, 1):
         assert f"no completed rotmnist/cn_p64 seed {seed} with a checkpoint file" in proc.stderr
+
+
+def test_the_shapes40_stage_names_a_difficulty_in_its_folders(stand_in, tmp_path):
+    """S40_DATA sets the 40-class generator's difficulty: its runs get folders of their own (never the default
+    data's finished runs) and pass the settings on; anything else is refused naming the valid keys."""
+    default = _stage(stand_in, tmp_path, "shapes40", PC_POINTS="1024", PC_TRAIN="4000", PC_EPOCHS="10")
+    assert default.returncode == 0, default.stderr
+    assert set(_variants(default.stdout, "modelnet/dgcnn")) == {"s40_pts1024_n4000_z_z_ep10"}
+    harder = _stage(stand_in, tmp_path, "shapes40", PC_POINTS="1024", PC_TRAIN="4000", PC_EPOCHS="10",
+                    S40_DATA="data.scale_jitter=0.5 data.part_dropout=0.45")
+    assert harder.returncode == 0, harder.stderr
+    assert set(_variants(harder.stdout, "modelnet/dgcnn")) == {"s40_pts1024_n4000_scale_jitter0.5_part_dropout0.45_z_z_ep10"}
+    call = next(line for line in harder.stdout.splitlines() if "modelnet/dgcnn" in line)
+    assert "data.scale_jitter=0.5" in call.split() and "data.part_dropout=0.45" in call.split()
+    refused = _stage(stand_in, tmp_path, "shapes40", S40_DATA="data.num_points=64")
+    assert refused.returncode == 2 and "got 'data.num_points=64'" in refused.stderr and "scale_jitter" in refused.stderr
