@@ -36,7 +36,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -72,8 +71,6 @@ PROTOCOLS: dict[str, Protocol] = {
          "rotmnist/cn_p64", "rotmnist/cn_opt", "rotmnist/gcnn_p4", "rotmnist/gcnn_p4_eqparams",
          "rotmnist/gcnn_p64_eqparams"),
         ("data.num_workers=0",), train=10_000, val=2_000, test=50_000, epochs=100),
-    # App. G.2: 10,000 epochs (EGNN's protocol: validation every 5 epochs, the best-validation epoch tested);
-    # nbody_small: 3,000 of 10,000 training simulations, 2,000 validation, 2,000 test
     # Table 2 (augmentation ablation), same protocol as Table 1. CN(pretrained)-CNN is timed as CN(p64)-CNN with its
     # canonicalizer frozen: the same networks (the pretrained one is a trained CN(p64) run's canonicalizer, kept
     # frozen), whose weights' values do not change a step's cost; the real row needs that run's checkpoint.
@@ -87,6 +84,8 @@ PROTOCOLS: dict[str, Protocol] = {
         tuple(f"rotmnist/cn_p4 canonicalization.num_layers={layers} canonicalization.num_rotations={order}"
               for layers in (1, 2, 3) for order in (4, 8, 16, 32, 64)),
         ("data.num_workers=0",), train=10_000, val=2_000, test=50_000, epochs=100),
+    # App. G.2: 10,000 epochs (EGNN's protocol: validation every 5 epochs, the best-validation epoch tested);
+    # nbody_small: 3,000 of 10,000 training simulations, 2,000 validation, 2,000 test
     "nbody": Protocol(
         "Table 3 (N-body)",
         ("nbody/linear", "nbody/gnn", "nbody/egnn", "nbody/fa_gnn", "nbody/cn_gnn", "nbody/cn_gnn_o3",
@@ -294,18 +293,14 @@ def _time_row_apart(table: str, row: str, args: argparse.Namespace) -> dict:
 
 
 def _device_name(device: str) -> str:
-    """The GPU's name, or the CPU's model and cores (``/proc/cpuinfo``, else the architecture)."""
+    """The GPU's name, or the CPU's model and cores."""
     import torch
+
+    from canonical_network.utils.runs import cpu_model
 
     if device == "cuda":
         return torch.cuda.get_device_name(0)
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"CPU ({model}, {os.cpu_count()} cores)"
+    return f"CPU ({cpu_model()}, {os.cpu_count()} cores)"
 
 
 def _config_batch_size(row: str, overrides: tuple[str, ...]) -> int:

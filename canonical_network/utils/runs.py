@@ -355,12 +355,9 @@ def forward_sigterm_to_workers(trainer):
 WORKER_STOP_S = 60.0
 
 
-def environment(trainer=None) -> dict[str, Any]:
-    """Where a run ran, for the report: CPU model and cores, accelerator, threads and library versions."""
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else the platform's processor or architecture."""
     import platform
-
-    import lightning
-    import torch
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -368,6 +365,17 @@ def environment(trainer=None) -> dict[str, Any]:
             cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
     except OSError:
         pass
+    return cpu
+
+
+def environment(trainer=None) -> dict[str, Any]:
+    """Where a run ran, for the report: CPU model and cores, accelerator, threads and library versions."""
+    import platform
+
+    import lightning
+    import torch
+
+    cpu = cpu_model()
     device = "CPU"
     root = getattr(getattr(trainer, "strategy", None), "root_device", None)
     if root is not None and root.type == "cuda":
