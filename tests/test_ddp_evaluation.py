@@ -26,6 +26,7 @@ from lightning import Trainer
 from omegaconf import open_dict
 
 from canonical_network.data.nbody import NBodyDataModule
+from canonical_network.utils.config import PROJECT_ROOT
 from tests.helpers import compose_config
 
 #: relative tolerance of float metrics (module docstring): n · eps32 with n = 2¹²
@@ -231,3 +232,16 @@ def test_a_one_sample_training_batch_is_dropped_per_process(monkeypatch, size, p
     loader = module.train_dataloader()
     assert loader.drop_last is dropped
     assert all(len(batch) > 1 for (batch,) in loader)
+
+
+def test_no_committed_record_ran_on_several_processes():
+    """docs/reproducing.md says no committed record ran on several processes, so none is touched by what DDP
+    measured wrongly before its fixes: a record that does must be checked against them (and the docs changed)."""
+    from canonical_network.records import find_results, read_results
+
+    records = list(find_results(PROJECT_ROOT / "docs" / "reproduction" / "runs"))
+    assert records
+    for path in records:
+        trainer = (read_results(path).get("config") or {}).get("trainer") or {}
+        devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+        assert devices == 1 and nodes == 1, (path, devices, nodes)
