@@ -509,6 +509,11 @@ def _accuracy_cell(accuracy: list[float]) -> str:
     return mean + (f" ({min(accuracy):.3f}-{max(accuracy):.3f}, n {len(accuracy)})" if len(accuracy) > 1 else " (n 1)")
 
 
+def _dgcnn_runs_cell(runs: list[dict]) -> str:
+    """``"0.969 (seed 0, 10 epochs); ..."``: the DGCNN runs a setting's record found, or ``"none yet"``."""
+    return "; ".join(f"{run['test_acc']:.3f} (seed {run['seed']}, {run['epochs']} epochs)" for run in runs) or "none yet"
+
+
 def shapes40_difficulty(path: Path = SHAPES40_DIFFICULTY, knobs: list[Path] | None = None) -> list[str]:
     """Per data setting: the z-invariant descriptor's test accuracy with extremely randomised trees (mean and
     range over forest seeds) beside the DGCNN runs under z/z found on the same data; how it was made; then one
@@ -521,11 +526,10 @@ def shapes40_difficulty(path: Path = SHAPES40_DIFFICULTY, knobs: list[Path] | No
              "| DGCNN under z/z, test acc. (runs) |", "|---|---|---|---|"]
     for name, row in record["settings"].items():
         floor = _accuracy_cell(row["accuracy"])
-        runs = "; ".join(f"{run['test_acc']:.3f} (seed {run['seed']}, {run['epochs']} epochs)"
-                         for run in row["dgcnn_runs"]) or "none yet"
         extra = row["extra"]
         lines.append(f"| {_SETTING_NAMES.get(name, name)}" + (f", `{' '.join(extra)}`" if extra else "")
-                     + f" | {row['points']:,}, {row['train']:,} / {row['test']:,} | {floor} | {runs} |")
+                     + f" | {row['points']:,}, {row['train']:,} / {row['test']:,} | {floor} "
+                       f"| {_dgcnn_runs_cell(row['dgcnn_runs'])} |")
     lines += ["", f"Made {record['created'][:10]} by `{record['command']}` on {record['machine']}, "
                   f"{record['threads']} thread(s): {record['trees']} trees a forest, one forest per seed on fixed "
                   f"data (`data.data_seed=0`, test split turned about z); "
@@ -535,12 +539,14 @@ def shapes40_difficulty(path: Path = SHAPES40_DIFFICULTY, knobs: list[Path] | No
     if knobs:
         lines += ["", "One knob moved from the defaults (each a run of the script with `--extra <override>`, kept as "
                       f"`{path.stem}_knob_*.json` beside the record):", "",
-                  "| setting | override | descriptor + extra trees, test acc. (seeds) | made |", "|---|---|---|---|"]
+                  "| setting | override | descriptor + extra trees, test acc. (seeds) "
+                  "| DGCNN under z/z, test acc. (runs) | made |", "|---|---|---|---|---|"]
         for knob in knobs:
             other = json.loads(knob.read_text())
             for name, row in other["settings"].items():
                 lines.append(f"| {_SETTING_NAMES.get(name, name)} | `{' '.join(row['extra'])}` | "
-                             f"{_accuracy_cell(row['accuracy'])} | {other['created'][:10]}, {other['machine']} |")
+                             f"{_accuracy_cell(row['accuracy'])} | {_dgcnn_runs_cell(row['dgcnn_runs'])} "
+                             f"| {other['created'][:10]}, {other['machine']} |")
     return lines
 
 

@@ -21,6 +21,7 @@ report never counts an evaluation as one more seed of the row whose checkpoint i
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -312,8 +313,26 @@ def diagnosed_metrics(run_dir: Path | str) -> dict[str, float]:
         return {}
 
 
-#: the synthetic shapes' difficulty settings: a run that sets one is on a data set of its own (:func:`dataset_of`)
+#: the synthetic shapes' difficulty settings: a run whose recorded value differs from today's default is on a data set
+#: of its own (:func:`dataset_of`)
 SHAPES_DIFFICULTY_KEYS = ("data.noise_std", "data.part_dropout", "data.sampling_bias", "data.scale_jitter")
+
+
+@functools.cache
+def shapes_difficulty_defaults(short: str) -> dict[str, Any]:
+    """Today's default difficulty of a synthetic-shapes data module (its class name, ``short``), read from the
+    class's signature: ``{"noise_std": 0.03, ...}``. Only the two known classes are imported, never a class a
+    record names (a record read from disk must not choose what code runs)."""
+    import inspect
+
+    from canonical_network.data.synthetic_shapes import SyntheticShapesDataModule
+    from canonical_network.data.synthetic_shapes40 import SyntheticShapes40DataModule
+
+    module = {"SyntheticShapesDataModule": SyntheticShapesDataModule,
+              "SyntheticShapes40DataModule": SyntheticShapes40DataModule}[short]
+    parameters = inspect.signature(module.__init__).parameters
+    keys = [key.removeprefix("data.") for key in SHAPES_DIFFICULTY_KEYS]
+    return {key: parameters[key].default for key in keys if key in parameters}
 
 
 def dataset_of(run: dict) -> tuple[str, bool]:
@@ -331,9 +350,12 @@ def dataset_of(run: dict) -> tuple[str, bool]:
         # other sizes are another table
         sizes = [f"{value:,} {what}" for key, what in (("num_points", "points"), ("num_train", "training clouds"))
                  if isinstance(value := run.get(f"config.data.{key}"), int)]
-        # a difficulty set on the command line makes other data: named, so never pooled with the defaults' runs
-        knobs = [f"{key.removeprefix('data.')} {value}" for override in run.get("overrides") or []
-                 for key, _, value in [override.partition("=")] if key in SHAPES_DIFFICULTY_KEYS]
+        # a difficulty other than today's defaults is other data: named, so never pooled with the defaults' runs.
+        # Read from the recorded config, not the command line, so that a run made before a default moved keeps
+        # the difficulty it trained on; a record without the key (older records) is taken at the defaults
+        knobs = [f"{key} {run[f'config.data.{key}']}"
+                 for key, default in shapes_difficulty_defaults(short).items()
+                 if f"config.data.{key}" in run and run[f"config.data.{key}"] != default]
         name = ", ".join([name, *sizes, *sorted(knobs)])
     # Upright training (adapt_mnist/*) or upright test digits: another protocol than the paper's rotated data
     upright = [what for key, what in (("train_rotation", "training"), ("test_rotation", "test"))

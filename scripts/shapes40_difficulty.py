@@ -22,8 +22,10 @@ Settings (``--settings``):
   band's setting.
 
 Each setting is fitted once per forest seed (``--seeds``), the data fixed (``data.data_seed=0``); the record
-gives the test accuracy of each, and, per setting, the DGCNN runs found under ``--runs`` whose recorded data
-config is the setting's (generator, difficulty knobs, sizes, seed, z/z; their ``results.json``: ``test/acc``,
+gives the test accuracy of each, the setting's ``data`` config as composed that day (so that a record made
+before the generator's defaults moved can be told from a current one: ``tests/test_shapes40_difficulty.py``
+checks the committed records against today's composition), and, per setting, the DGCNN runs found under
+``--runs`` whose recorded data config is the setting's (generator, difficulty knobs, sizes, seed, z/z; their ``results.json``: ``test/acc``,
 epochs, seed), so that the reference and the learned model stand side by side. The record (``--json``) is what ``python -m canonical_network.docs_blocks``
 renders into the ``shapes40-difficulty`` block of ``docs/measurements.md``.
 """
@@ -175,7 +177,9 @@ def measure(name: str, seeds: list[int], trees: int, folders: list[Path], extra:
     for seed in seeds:
         forest = ExtraTreesClassifier(n_estimators=trees, random_state=seed, n_jobs=1).fit(train_x, train_y)
         accuracies.append(float((forest.predict(test_x) == test_y).mean()))
-    return {"overrides": list(overrides), "extra": list(extra), "classes": int(train_y.max()) + 1,
+    return {"overrides": list(overrides), "extra": list(extra),
+            "data": {k: v for k, v in data_cfg.items() if k not in LOADER_KEYS},
+            "classes": int(train_y.max()) + 1,
             "points": int(arrays["train"][0].shape[1]), "train": int(len(train_y)), "test": int(len(test_y)),
             "features": int(train_x.shape[1]), "seeds": seeds, "accuracy": accuracies,
             "feature_cpu_s": round(feature_s, 1), "total_cpu_s": round(time.process_time() - start, 1),

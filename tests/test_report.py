@@ -247,14 +247,25 @@ def test_synthetic_shapes_sizes_name_their_own_data_and_are_no_variant():
     assert dataset_of(small) == ("synthetic_shapes (not the paper's data), 256 points, 1,000 training clouds", False)
     assert dataset_of(full)[0] != dataset_of(small)[0]  # never pooled in one table
     assert variant_of(small) == ()  # a row of that table, not an ablation of the 1,024-point row
-    # a difficulty set on the command line is other data too: named, never pooled with the defaults' runs, no variant
+    # a difficulty other than today's defaults is other data too: named, never pooled with the defaults' runs, no
+    # variant; read from the recorded config, so a run made at an earlier default keeps its difficulty's name
+    from canonical_network.data import synthetic_shapes40 as s40
+
     shapes40 = "canonical_network.data.synthetic_shapes40.SyntheticShapes40DataModule"
     default40 = {"config.data._target_": shapes40, "config.data.num_points": 1024, "config.data.num_train": 4000,
-                 "config.data.scale_jitter": 0.35, "overrides": ["experiment=modelnet/dgcnn", "data=synthetic_shapes40"]}
-    harder = {**default40, "config.data.scale_jitter": 0.5,
-              "overrides": [*default40["overrides"], "data.scale_jitter=0.5", "data.part_dropout=0.45"]}
-    assert dataset_of(harder)[0] == dataset_of(default40)[0] + ", part_dropout 0.45, scale_jitter 0.5"
-    assert variant_of(harder) == variant_of(default40) == ()
+                 "config.data.scale_jitter": s40.SCALE_JITTER, "config.data.part_dropout": 0.3,
+                 "overrides": ["experiment=modelnet/dgcnn", "data=synthetic_shapes40"]}
+    assert dataset_of(default40)[0] == "synthetic_shapes40 (40 classes, not the paper's data), 1,024 points, 4,000 training clouds"
+    harder = {**default40, "config.data.scale_jitter": s40.SCALE_JITTER + 0.1, "config.data.part_dropout": 0.45,
+              "overrides": [*default40["overrides"], f"data.scale_jitter={s40.SCALE_JITTER + 0.1}",
+                            "data.part_dropout=0.45"]}
+    assert dataset_of(harder)[0] == (dataset_of(default40)[0]
+                                     + f", part_dropout 0.45, scale_jitter {s40.SCALE_JITTER + 0.1}")
+    earlier = {**default40, "config.data.scale_jitter": s40.SCALE_JITTER / 2}  # no override: an earlier default
+    assert dataset_of(earlier)[0] == dataset_of(default40)[0] + f", scale_jitter {s40.SCALE_JITTER / 2}"
+    assert dataset_of({**default40, "overrides": [*default40["overrides"], f"data.scale_jitter={s40.SCALE_JITTER}"]}
+                      ) == dataset_of(default40)  # the default set on the command line is the same data
+    assert variant_of(harder) == variant_of(earlier) == variant_of(default40) == ()
     # other data modules keep their names: their sizes are not settings of the data set
     assert dataset_of({"config.data._target_": MNIST5K, "config.data.num_train": 3}) == (
         "rotated_mnist_5k (5,000 MNIST digits, ours)", True)
@@ -576,10 +587,17 @@ def test_point_cloud_tables_on_the_embedded_shapes_show_the_floor_and_the_runs_a
     note = next(line for line in text.splitlines() if line.startswith("Floor:"))
     assert f"scores **{floor:.1f}**" in note and "experiment=modelnet/pointnet data.num_train=70" in note
     assert f"Runs at or below it: PointNet (z/z) seed 0: {floor - 1:.1f}." in note  # seed 1 (90 %) is not
-    # runs of two data configs in one table (here: two noise levels) get no floor line
+    # runs of two data configs in one table (here: two data seeds, which the table's name does not tell apart)
+    # get no floor line
+    write_run(runs, "pn_seed1", "modelnet/pointnet", 2, {"test/acc": 0.5}, data=SHAPES,
+              extra_config={"data": {"_target_": SHAPES, "rotation": "z/z", **shapes, "data_seed": 1}})
+    assert "Floor:" not in report.build_report([runs], tmp_path / "out2").read_text()
+    # another noise level is another data set (records.dataset_of): a table of its own, with its own floor
+    (runs / "pn_seed1").rename(tmp_path / "pn_seed1")
     write_run(runs, "pn_noisy", "modelnet/pointnet", 2, {"test/acc": 0.5}, data=SHAPES,
               extra_config={"data": {"_target_": SHAPES, "rotation": "z/z", **shapes, "noise_std": 0.05}})
-    assert "Floor:" not in report.build_report([runs], tmp_path / "out2").read_text()
+    text = report.build_report([runs], tmp_path / "out3").read_text()
+    assert [line.startswith("Floor:") for line in text.splitlines()].count(True) == 2 and "noise_std 0.05" in text
 
 
 def test_table5b_checks_that_the_canonicalized_pointnet_beats_pointnet_under_z_so3(tmp_path):

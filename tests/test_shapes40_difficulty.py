@@ -126,7 +126,21 @@ def test_end_to_end_learns_the_shapes_and_renders(tmp_path, capsys):
     record["settings"]["shapes7_256"]["extra"] = ["data.part_dropout=0.5"]
     knob.write_text(json.dumps(record))
     lines = docs_blocks.shapes40_difficulty(out)
-    assert "`data.part_dropout=0.5`" in lines[-1] and "n 2" in lines[-1]
+    assert "`data.part_dropout=0.5`" in lines[-1] and "n 2" in lines[-1] and "none yet" in lines[-1]
+    assert row["data"]["num_points"] == 64 and "batch_size" not in row["data"]  # the clouds' recipe, not the loader's
+
+
+def test_committed_records_describe_the_data_of_todays_defaults():
+    """Every committed record (the main one and each knob row) was made on the data its overrides compose to
+    today: a record made before the generator's defaults moved would show another set's accuracy under a row
+    that names today's defaults. Rerun the script's command (docs/measurements.md) when this fails."""
+    script = _module()
+    records = [script.DEFAULT_OUTPUT, *sorted(script.DEFAULT_OUTPUT.parent.glob("shapes40_difficulty_knob_*.json"))]
+    assert len(records) > 1
+    for path in records:
+        for name, row in json.loads(path.read_text())["settings"].items():
+            today = {k: v for k, v in script.data_config(row["overrides"]).items() if k not in script.LOADER_KEYS}
+            assert row.get("data") == today, f"{path.name}, setting {name}: made on other data than today's {today}"
 
 
 def test_bad_extra_overrides_are_named(capsys):
