@@ -318,21 +318,45 @@ def diagnosed_metrics(run_dir: Path | str) -> dict[str, float]:
 SHAPES_DIFFICULTY_KEYS = ("data.noise_std", "data.part_dropout", "data.sampling_bias", "data.scale_jitter")
 
 
+#: the synthetic-shapes data modules (their class names) and the config that sets their defaults
+_SHAPES_CONFIGS = {"SyntheticShapesDataModule": "synthetic_shapes.yaml",
+                   "SyntheticShapes40DataModule": "synthetic_shapes40.yaml"}
+
+
 @functools.cache
-def shapes_difficulty_defaults(short: str) -> dict[str, Any]:
-    """Today's default difficulty of a synthetic-shapes data module (its class name, ``short``), read from the
-    class's signature: ``{"noise_std": 0.03, ...}``. Only the two known classes are imported, never a class a
-    record names (a record read from disk must not choose what code runs)."""
-    import inspect
+def _shapes_defaults(short: str) -> tuple[tuple[str, Any], ...]:
+    import yaml
 
-    from canonical_network.data.synthetic_shapes import SyntheticShapesDataModule
-    from canonical_network.data.synthetic_shapes40 import SyntheticShapes40DataModule
+    from canonical_network.utils.config import CONFIG_DIR
 
-    module = {"SyntheticShapesDataModule": SyntheticShapesDataModule,
-              "SyntheticShapes40DataModule": SyntheticShapes40DataModule}[short]
-    parameters = inspect.signature(module.__init__).parameters
+    data = yaml.safe_load((CONFIG_DIR / "data" / _SHAPES_CONFIGS[short]).read_text())["data"]
     keys = [key.removeprefix("data.") for key in SHAPES_DIFFICULTY_KEYS]
-    return {key: parameters[key].default for key in keys if key in parameters}
+    return tuple((key, data[key]) for key in keys if key in data)
+
+
+def shapes_difficulty_defaults(short: str) -> dict[str, Any]:
+    """Today's default difficulty of a synthetic-shapes data module (its class name, ``short``):
+    ``{"noise_std": 0.03, ...}``, read from its ``configs/data`` file (the source of a run's recorded values;
+    ``tests/test_synthetic_shapes40.py`` checks the class's own defaults agree). Plain YAML: no code runs."""
+    return dict(_shapes_defaults(short))
+
+
+def shapes_difficulty_changes(run: dict) -> list[tuple[str, Any, Any]]:
+    """``(knob, today's default, recorded value)`` for each difficulty knob of a synthetic-shapes run (a flattened
+    record) that it did not train at today's default. A knob its record lacks is taken at today's default (every
+    committed record holds all of its module's knobs; a 40-class record older than ``scale_jitter``, 2026-11-28,
+    would not). Empty for every other data module."""
+    short = str(run.get("config.data._target_") or "").rsplit(".", 1)[-1]
+    if short not in _SHAPES_CONFIGS:
+        return []
+    changes = []
+    for key, default in _shapes_defaults(short):
+        if f"config.data.{key}" not in run:
+            continue
+        recorded = run[f"config.data.{key}"]
+        if isinstance(recorded, bool) or not isinstance(recorded, (int, float)) or float(recorded) != float(default):
+            changes.append((key, default, recorded))
+    return changes
 
 
 def dataset_of(run: dict) -> tuple[str, bool]:
@@ -352,10 +376,9 @@ def dataset_of(run: dict) -> tuple[str, bool]:
                  if isinstance(value := run.get(f"config.data.{key}"), int)]
         # a difficulty other than today's defaults is other data: named, so never pooled with the defaults' runs.
         # Read from the recorded config, not the command line, so that a run made before a default moved keeps
-        # the difficulty it trained on; a record without the key (older records) is taken at the defaults
-        knobs = [f"{key} {run[f'config.data.{key}']}"
-                 for key, default in shapes_difficulty_defaults(short).items()
-                 if f"config.data.{key}" in run and run[f"config.data.{key}"] != default]
+        # the difficulty it trained on
+        knobs = [f"{key} {recorded:g}" if isinstance(recorded, (int, float)) else f"{key} {recorded}"
+                 for key, _, recorded in shapes_difficulty_changes(run)]
         name = ", ".join([name, *sizes, *sorted(knobs)])
     # Upright training (adapt_mnist/*) or upright test digits: another protocol than the paper's rotated data
     upright = [what for key, what in (("train_rotation", "training"), ("test_rotation", "test"))

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import math
 import os
@@ -1345,6 +1346,7 @@ def build_report(folders: list[Path], out: Path, claims_file: Path | None = None
 
     cells_by_table: dict[str, dict] = {}
     runs_by_table: dict[str, list[dict]] = {}
+    figure_slugs: set[str] = set()
     table_sections: list[str] = []
     flagged: list[str] = []
     for name, spec in tables.items():
@@ -1375,6 +1377,9 @@ def build_report(folders: list[Path], out: Path, claims_file: Path | None = None
                                                           -groups.index(g)))
             table_sections += floor_note(spec, cells)
             slug = _slug(f"{name}_{data.split()[0]}_{budget}")
+            if slug in figure_slugs:  # two data sets of one first word (the embedded shapes' sizes, difficulty)
+                slug = f"{slug[:53]}_{hashlib.sha1(f'{data}|{budget}'.encode()).hexdigest()[:6]}"
+            figure_slugs.add(slug)
             bar = figures / f"{slug}_bars.png"
             _bar_chart(name, spec, cells, bar, comparable)
             table_sections += ["", f"![{spec['title']}, {budget}]({FIGURES}/{bar.name})"]

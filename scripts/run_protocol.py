@@ -105,7 +105,9 @@ def _same(requested, recorded) -> bool:
 def protocol_differences(record: dict, overrides: list[str]) -> list[tuple[str, str, object]]:
     """``(key, requested value, recorded value)`` for each plain ``key=value`` override of this call that the
     record's resolved config contradicts (a key the record does not hold, a whole config group, or an override of
-    another form, is not judged; nor is a key that says only how or where the run executes, :func:`_compared`). A finished record of another protocol in the job's
+    another form, is not judged; nor is a key that says only how or where the run executes, :func:`_compared`),
+    and each synthetic-shapes difficulty knob the call leaves at today's default that the record holds at another
+    value (``records.shapes_difficulty_changes``). A finished record of another protocol in the job's
     folder -- a stage rerun with a budget set by an environment variable, FA_EPOCHS=1000 over the 200-epoch
     records -- must not be taken for the run this call asks for."""
     import yaml
@@ -136,6 +138,14 @@ def protocol_differences(record: dict, overrides: list[str]) -> list[tuple[str, 
             continue  # a whole group (data=..., a mapping): not judged here
         if not _same(requested, node):
             found.append((key, text, node))
+    # a synthetic-shapes run made before a difficulty default moved is other data, though no override says so
+    from canonical_network.records import shapes_difficulty_changes
+
+    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    given = {override.partition("=")[0].lstrip("+") for override in overrides}
+    for knob, default, recorded in shapes_difficulty_changes({f"config.data.{k}": v for k, v in data.items()}):
+        if f"data.{knob}" not in given:
+            found.append((f"data.{knob}", f"{default} (today's default)", recorded))
     return found
 
 

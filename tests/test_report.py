@@ -256,13 +256,12 @@ def test_synthetic_shapes_sizes_name_their_own_data_and_are_no_variant():
                  "config.data.scale_jitter": s40.SCALE_JITTER, "config.data.part_dropout": 0.3,
                  "overrides": ["experiment=modelnet/dgcnn", "data=synthetic_shapes40"]}
     assert dataset_of(default40)[0] == "synthetic_shapes40 (40 classes, not the paper's data), 1,024 points, 4,000 training clouds"
-    harder = {**default40, "config.data.scale_jitter": s40.SCALE_JITTER + 0.1, "config.data.part_dropout": 0.45,
-              "overrides": [*default40["overrides"], f"data.scale_jitter={s40.SCALE_JITTER + 0.1}",
-                            "data.part_dropout=0.45"]}
-    assert dataset_of(harder)[0] == (dataset_of(default40)[0]
-                                     + f", part_dropout 0.45, scale_jitter {s40.SCALE_JITTER + 0.1}")
-    earlier = {**default40, "config.data.scale_jitter": s40.SCALE_JITTER / 2}  # no override: an earlier default
-    assert dataset_of(earlier)[0] == dataset_of(default40)[0] + f", scale_jitter {s40.SCALE_JITTER / 2}"
+    other = round(s40.SCALE_JITTER + 0.1, 2)
+    harder = {**default40, "config.data.scale_jitter": other, "config.data.part_dropout": 0.45,
+              "overrides": [*default40["overrides"], f"data.scale_jitter={other}", "data.part_dropout=0.45"]}
+    assert dataset_of(harder)[0] == dataset_of(default40)[0] + f", part_dropout 0.45, scale_jitter {other:g}"
+    earlier = {**default40, "config.data.scale_jitter": 0.2}  # no override: a run made at an earlier default
+    assert dataset_of(earlier)[0] == dataset_of(default40)[0] + ", scale_jitter 0.2"
     assert dataset_of({**default40, "overrides": [*default40["overrides"], f"data.scale_jitter={s40.SCALE_JITTER}"]}
                       ) == dataset_of(default40)  # the default set on the command line is the same data
     assert variant_of(harder) == variant_of(earlier) == variant_of(default40) == ()
@@ -598,6 +597,23 @@ def test_point_cloud_tables_on_the_embedded_shapes_show_the_floor_and_the_runs_a
               extra_config={"data": {"_target_": SHAPES, "rotation": "z/z", **shapes, "noise_std": 0.05}})
     text = report.build_report([runs], tmp_path / "out3").read_text()
     assert [line.startswith("Floor:") for line in text.splitlines()].count(True) == 2 and "noise_std 0.05" in text
+
+
+def test_two_data_sets_of_one_first_word_get_a_figure_each(tmp_path):
+    """The 40-class shapes at two difficulties are two tables whose figure names would be the same: each keeps its
+    own chart, the second named with a digest of its data set."""
+    from canonical_network.data.synthetic_shapes40 import SCALE_JITTER
+
+    shapes40 = "canonical_network.data.synthetic_shapes40.SyntheticShapes40DataModule"
+    runs = tmp_path / "runs"
+    for seed, jitter in enumerate([SCALE_JITTER, 0.2]):
+        write_run(runs, f"dg{seed}", "modelnet/dgcnn", seed, {"test/acc": 0.8}, data=shapes40,
+                  extra_config={"data": {"_target_": shapes40, "rotation": "z/z", "num_points": 256,
+                                         "num_train": 100, "scale_jitter": jitter}})
+    text = report.build_report([runs], tmp_path / "out").read_text()
+    bars = sorted(p.name for p in (tmp_path / "out" / report.FIGURES).glob("modelnet_table_*_bars.png"))
+    assert len(bars) == 2 and all(f"{report.FIGURES}/{name}" in text for name in bars)
+    assert "scale_jitter 0.2" in text
 
 
 def test_table5b_checks_that_the_canonicalized_pointnet_beats_pointnet_under_z_so3(tmp_path):

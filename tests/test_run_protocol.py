@@ -279,6 +279,34 @@ def test_a_finished_record_of_another_protocol_is_not_taken_for_the_job(tmp_path
     assert not (out / "commands.log").exists()  # nothing was run
 
 
+def test_a_shapes_record_made_at_an_earlier_difficulty_default_is_not_taken_for_the_job(tmp_path):
+    """A synthetic-shapes run made before a difficulty default moved (no override said so) is other data: its
+    finished record is the job's FAILED line naming the knob, not a skip; the same difficulty given on the command
+    line, or a record at today's defaults, is the job's result."""
+    import threading
+
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    import run_protocol
+
+    from canonical_network.records import shapes_difficulty_defaults
+
+    module = "canonical_network.data.synthetic_shapes40.SyntheticShapes40DataModule"
+    today = shapes_difficulty_defaults("SyntheticShapes40DataModule")
+    earlier = round(today["scale_jitter"] / 2, 3)
+    out = tmp_path / "out"
+    _record(out / "modelnet" / "dgcnn" / "seed0", data={"_target_": module, **today, "scale_jitter": earlier})
+    _record(out / "modelnet" / "dgcnn" / "seed1", data={"_target_": module, **today})
+    finished = {("modelnet/dgcnn", s): threading.Event() for s in (0, 1)}
+    message = run_protocol.run_job(out, "modelnet/dgcnn", 0, ["data=synthetic_shapes40"], 1, finished)
+    assert message.startswith("FAILED modelnet/dgcnn seed 0: its finished record in ")
+    assert f"data.scale_jitter={today['scale_jitter']} (today's default) asked, {earlier} in the record" in message
+    assert run_protocol.run_job(out, "modelnet/dgcnn", 0, [f"data.scale_jitter={earlier}"], 1, finished) == (
+        "skip modelnet/dgcnn seed 0 (completed)")
+    assert run_protocol.run_job(out, "modelnet/dgcnn", 1, ["data=synthetic_shapes40"], 1, finished) == (
+        "skip modelnet/dgcnn seed 1 (completed)")
+    assert not (out / "commands.log").exists()  # nothing was run
+
+
 def test_bad_job_lists_are_refused_before_anything_is_written(tmp_path):
     """Duplicate seeds or experiments (two threads of one process would both hold the job's claim), unknown
     experiment names and paths are refused by the argument check: one line naming the value, exit 2, no folder."""
