@@ -117,6 +117,9 @@ def protocol_differences(record: dict, overrides: list[str]) -> list[tuple[str, 
         return []
     found = []
     for override in overrides:
+        # ++key=value sets the key whether or not the config has it: judged as key=value (+key appends a key the
+        # config lacks, which Hydra refuses for one it has)
+        override = override.removeprefix("++")
         if override.startswith(("+", "~")) or "=" not in override:
             continue
         key, _, text = override.partition("=")
@@ -142,7 +145,7 @@ def protocol_differences(record: dict, overrides: list[str]) -> list[tuple[str, 
     from canonical_network.records import shapes_difficulty_changes
 
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
-    given = {override.partition("=")[0].lstrip("+") for override in overrides}
+    given = {override.partition("=")[0].removeprefix("++") for override in overrides}
     for knob, default, recorded in shapes_difficulty_changes({f"config.data.{k}": v for k, v in data.items()}):
         if f"data.{knob}" not in given:
             found.append((f"data.{knob}", f"{default} (today's default)", recorded))

@@ -302,6 +302,9 @@ def test_a_shapes_record_made_at_an_earlier_difficulty_default_is_not_taken_for_
     assert f"data.scale_jitter={today['scale_jitter']} (today's default) asked, {earlier} in the record" in message
     assert run_protocol.run_job(out, "modelnet/dgcnn", 0, [f"data.scale_jitter={earlier}"], 1, finished) == (
         "skip modelnet/dgcnn seed 0 (completed)")
+    forced = run_protocol.run_job(out, "modelnet/dgcnn", 0, [f"++data.scale_jitter={today['scale_jitter']}"], 1,
+                                  finished)  # ++key=value is judged as key=value
+    assert forced.startswith("FAILED") and f"data.scale_jitter={today['scale_jitter']} asked, {earlier}" in forced
     assert run_protocol.run_job(out, "modelnet/dgcnn", 1, ["data=synthetic_shapes40"], 1, finished) == (
         "skip modelnet/dgcnn seed 1 (completed)")
     assert not (out / "commands.log").exists()  # nothing was run

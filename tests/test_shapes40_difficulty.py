@@ -148,3 +148,18 @@ def test_bad_extra_overrides_are_named(capsys):
     with pytest.raises(SystemExit):
         script.main(["--extra", "trainer.max_epochs=3"])
     assert "trainer.max_epochs=3" in capsys.readouterr().err
+
+
+def test_committed_records_list_every_committed_dgcnn_run_of_their_data():
+    """A DGCNN run committed after a record was made must not leave the record's DGCNN column behind ("none yet"
+    beside a finished run): every row lists exactly the committed runs on its data (runs found under outputs/ on
+    the machine that made it may come on top). Rerun the script's command (docs/measurements.md) when this fails."""
+    script = _module()
+    runs = script.PROJECT_ROOT / "docs" / "reproduction" / "runs"
+    records = [script.DEFAULT_OUTPUT, *sorted(script.DEFAULT_OUTPUT.parent.glob("shapes40_difficulty_knob_*.json"))]
+    for path in records:
+        for name, row in json.loads(path.read_text())["settings"].items():
+            data = script.data_config(row["overrides"])
+            committed = sorted(r["record"] for r in script.dgcnn_runs([runs], data))
+            listed = sorted(r["record"] for r in row["dgcnn_runs"] if r["record"].startswith("docs/reproduction/runs"))
+            assert listed == committed, f"{path.name}, setting {name}: lists {listed}, committed {committed}"
