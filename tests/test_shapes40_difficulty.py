@@ -130,12 +130,17 @@ def test_end_to_end_learns_the_shapes_and_renders(tmp_path, capsys):
     assert row["data"]["num_points"] == 64 and "batch_size" not in row["data"]  # the clouds' recipe, not the loader's
 
 
+def _committed_records(script) -> list:
+    """The committed difficulty records: the main one and each knob row's."""
+    return [script.DEFAULT_OUTPUT, *sorted(script.DEFAULT_OUTPUT.parent.glob("shapes40_difficulty_knob_*.json"))]
+
+
 def test_committed_records_describe_the_data_of_todays_defaults():
     """Every committed record (the main one and each knob row) was made on the data its overrides compose to
     today: a record made before the generator's defaults moved would show another set's accuracy under a row
     that names today's defaults. Rerun the script's command (docs/measurements.md) when this fails."""
     script = _module()
-    records = [script.DEFAULT_OUTPUT, *sorted(script.DEFAULT_OUTPUT.parent.glob("shapes40_difficulty_knob_*.json"))]
+    records = _committed_records(script)
     assert len(records) > 1
     for path in records:
         for name, row in json.loads(path.read_text())["settings"].items():
@@ -156,7 +161,7 @@ def test_committed_records_list_every_committed_dgcnn_run_of_their_data():
     the machine that made it may come on top). Rerun the script's command (docs/measurements.md) when this fails."""
     script = _module()
     runs = script.PROJECT_ROOT / "docs" / "reproduction" / "runs"
-    records = [script.DEFAULT_OUTPUT, *sorted(script.DEFAULT_OUTPUT.parent.glob("shapes40_difficulty_knob_*.json"))]
+    records = _committed_records(script)
     for path in records:
         for name, row in json.loads(path.read_text())["settings"].items():
             data = script.data_config(row["overrides"])
