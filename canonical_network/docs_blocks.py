@@ -553,8 +553,13 @@ def shapes40_difficulty(path: Path = SHAPES40_DIFFICULTY, knobs: list[Path] | No
 #: the committed run records the ``run-costs`` block summarises (``scripts/collect_runs.py`` copies them there)
 RUN_RECORDS = PROJECT_ROOT / "docs" / "reproduction" / "runs"
 #: the record folders that hold a table's own rows (``<family>/<row>/<setting>/seed<k>`` or ``<family>/<row>/seed<k>``),
-#: not its ablations: the epoch budgets of N-body, the point-cloud budgets (all three rotation settings together)
-_TABLE_SETTINGS = re.compile(r"^(|ep\d+|no_early_stop|(s40_)?pts\d+)$")
+#: not its ablations: the epoch budgets of N-body; the point-cloud budgets (points, training clouds, epochs; all three
+#: rotation settings together) and, on the 40-class set, its difficulty (scripts/reproduce.sh shapes40 names the
+#: scale jitter in every folder since its default moved)
+_TABLE_SETTINGS = re.compile(r"^(|ep\d+|no_early_stop|(s40_)?pts\d+(_n\d+)?"
+                             r"(_(noise_std|part_dropout|sampling_bias|scale_jitter)\d+(\.\d+)?)*(_ep\d+)?)$")
+#: a point-cloud folder's rotation protocol, before its epoch budget if it names one
+_ROTATIONS = re.compile(r"_(z|so3)_(z|so3)(?=(_ep\d+)?$)")
 
 
 def _duration(seconds: float) -> str:
@@ -577,7 +582,7 @@ def run_costs(root: Path = RUN_RECORDS) -> list[str]:
     for path in sorted(root.glob("**/results.json")):
         parts = path.relative_to(root).parts  # family, row, [setting,] seed<k>, results.json
         setting = parts[2] if len(parts) == 5 else ""
-        setting = re.sub(r"_(z|so3)_(z|so3)$", "", setting)  # pts256_z_so3 -> pts256: the rotations together
+        setting = _ROTATIONS.sub("", setting)  # pts256_z_so3 -> pts256: the rotations together
         record = json.loads(path.read_text())
         if record.get("status") != "completed" or not _TABLE_SETTINGS.match(setting) or not record.get("epochs"):
             continue
@@ -599,8 +604,9 @@ def run_costs(root: Path = RUN_RECORDS) -> list[str]:
         lines.append(f"| `{experiment}` | {setting or '–'} | {device} | {len(records)} | {epoch_span} "
                      f"| {fit_cells} | {_span(walls) if walls else '–'} |")
     lines += ["", "From every completed record under `docs/reproduction/runs/` whose folder is a table's own setting "
-                  "(`<family>/<row>/[<setting>/]seed<k>`: no setting, `ep<N>`, `no_early_stop` or `pts<N>` with "
-                  "its three rotation settings together; ablation folders left out): `fit_time_s` (fitting, summed "
+                  "(`<family>/<row>/[<setting>/]seed<k>`: no setting, `ep<N>`, `no_early_stop` or a point-cloud "
+                  "budget `[s40_]pts<N>[_n<clouds>][_<difficulty>][_ep<N>]` with its three rotation settings "
+                  "together; ablation folders left out): `fit_time_s` (fitting, summed "
                   "over a run's resumes; per epoch: over the epochs it ran, Lightning's sanity validation "
                   "included) and `wall_time_s` (the whole command: building, fitting and testing; only runs that "
                   "never resumed, since a resumed run's wall time is its last part's). The machines and how many "

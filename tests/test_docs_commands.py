@@ -197,11 +197,14 @@ def test_run_costs_summarise_a_rows_records_and_leave_out_ablations_and_failures
     record("modelnet/dgcnn/pts256_z_z/seed2", 5, 1.0, 1.0, status="failed")
     record("nbody/gnn/lr5e-4/seed0", 100, 10.0, 20.0)  # an ablation
     record("nbody/gnn/ep10000/seed0", 4000, 3600.0, 3700.0)
+    record("modelnet/dgcnn/s40_pts1024_n4000_scale_jitter0.65_z_z_ep10/seed0", 10, 2000.0, 2100.0)  # a budget
+    record("modelnet/dgcnn/pts256_z_so3_fro/seed0", 5, 10.0, 20.0)  # an ablation (another feature-transform norm)
     lines = run_costs(tmp_path)
     rows = [line for line in lines if line.startswith("| `")]
     assert rows == [
         "| `modelnet/dgcnn` | pts256 | CPU | 3 | 5 | 300.0 s | 16.7 min – 33.3 min | 18.3 min – 26.7 min |",
         "| `modelnet/dgcnn` | pts256 | GPU X | 1 | 5 | 10.0 s | 50 s | 60 s |",
+        "| `modelnet/dgcnn` | s40_pts1024_n4000_scale_jitter0.65_ep10 | CPU | 1 | 10 | 200.0 s | 33.3 min | 35.0 min |",
         "| `nbody/gnn` | ep10000 | CPU | 1 | 4000 | 0.9 s | 60.0 min | 61.7 min |",
     ]
 
