@@ -406,17 +406,33 @@ case "${1:-}" in
              # points) is PC_POINTS=1024 PC_TRAIN=4000 with PC_EPOCHS=10 (hours a run on a CPU) or more on a GPU (EXTRA="trainer=gpu"). DGCNN
              # seed 0 first. Folders s40_pts<points>[_n<clouds>]_z_z[_ep<epochs>]; the report's Table 4 shows them
              # as their own data set, and scripts/shapes40_difficulty.py puts them beside its descriptor's floor
-             # S40_DATA="data.scale_jitter=0.5 ..." sets the generator's difficulty (noise_std, part_dropout,
-             # sampling_bias, scale_jitter), named in the folder (s40_pts1024_n4000_scale_jitter0.5_z_z_ep10) and by
-             # the report as a data set of its own
-    local s40_data=() s40_tag="" setting
+             # S40_DATA="data.part_dropout=0.45 ..." sets the generator's difficulty (noise_std, part_dropout,
+             # sampling_bias, scale_jitter), named in the folder (s40_pts1024_n4000_part_dropout0.45_scale_jitter0.65_z_z_ep10,
+             # settings sorted by key) and by the report as a data set of its own. The scale jitter is always named,
+             # the default's read from configs/data/synthetic_shapes40.yaml: it moved from 0.35 to 0.65 (2026-12-02),
+             # and the folders without it hold the runs at 0.35
+    local s40_data=() s40_tag="" setting keys=" "
     read -r -a s40_data <<< "${S40_DATA:-}"
-    for setting in "${s40_data[@]}"; do
+    for setting in ${s40_data[@]+"${s40_data[@]}"}; do
       if [[ ! "$setting" =~ ^data\.(noise_std|part_dropout|sampling_bias|scale_jitter)=[0-9]+(\.[0-9]+)?$ ]]; then
         echo "reproduce.sh: S40_DATA takes data.<key>=<number> with key noise_std, part_dropout, sampling_bias or" \
           "scale_jitter; got '$setting'" >&2
         exit 2
       fi
+      if [[ "$keys" == *" ${setting%%=*} "* ]]; then
+        echo "reproduce.sh: S40_DATA sets ${setting%%=*} twice; got '${S40_DATA}'" >&2
+        exit 2
+      fi
+      keys+="${setting%%=*} "
+    done
+    if [[ "$keys" != *" data.scale_jitter "* ]]; then
+      local jitter
+      jitter=$("$PY" -c 'from canonical_network.records import shapes_difficulty_defaults as d
+print(d("SyntheticShapes40DataModule")["scale_jitter"])')
+      s40_data+=("data.scale_jitter=$jitter")
+    fi
+    mapfile -t s40_data < <(printf '%s\n' "${s40_data[@]}" | LC_ALL=C sort)
+    for setting in "${s40_data[@]}"; do
       s40_tag+="_${setting#data.}"; s40_tag="${s40_tag/=/}"
     done
     local s40="s40_${PC_TAG}${PC_N}${s40_tag}_z_z${PC_EP}"

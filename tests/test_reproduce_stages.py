@@ -138,15 +138,26 @@ def test_paper_slurm_names_a_seed_whose_cn_p64_record_has_no_checkpoint_file(sta
 
 def test_the_shapes40_stage_names_a_difficulty_in_its_folders(stand_in, tmp_path):
     """S40_DATA sets the 40-class generator's difficulty: its runs get folders of their own (never the default
-    data's finished runs) and pass the settings on; anything else is refused naming the valid keys."""
+    data's finished runs), named by the settings sorted by key, and pass the settings on; anything else is refused
+    naming the valid keys. The scale jitter is always named, today's default when S40_DATA leaves it out: its
+    default moved, and the folders that do not name it hold the runs at the earlier default."""
+    from canonical_network.records import shapes_difficulty_defaults
+
+    jitter = shapes_difficulty_defaults("SyntheticShapes40DataModule")["scale_jitter"]
     default = _stage(stand_in, tmp_path, "shapes40", PC_POINTS="1024", PC_TRAIN="4000", PC_EPOCHS="10")
     assert default.returncode == 0, default.stderr
-    assert set(_variants(default.stdout, "modelnet/dgcnn")) == {"s40_pts1024_n4000_z_z_ep10"}
+    assert set(_variants(default.stdout, "modelnet/dgcnn")) == {f"s40_pts1024_n4000_scale_jitter{jitter}_z_z_ep10"}
+    call = next(line for line in default.stdout.splitlines() if "modelnet/dgcnn" in line)
+    assert f"data.scale_jitter={jitter}" in call.split()
+    one = _stage(stand_in, tmp_path, "shapes40", S40_DATA="data.part_dropout=0.45")
+    assert set(_variants(one.stdout, "modelnet/dgcnn")) == {f"s40_pts256_part_dropout0.45_scale_jitter{jitter}_z_z"}
     harder = _stage(stand_in, tmp_path, "shapes40", PC_POINTS="1024", PC_TRAIN="4000", PC_EPOCHS="10",
                     S40_DATA="data.scale_jitter=0.5 data.part_dropout=0.45")
     assert harder.returncode == 0, harder.stderr
-    assert set(_variants(harder.stdout, "modelnet/dgcnn")) == {"s40_pts1024_n4000_scale_jitter0.5_part_dropout0.45_z_z_ep10"}
+    assert set(_variants(harder.stdout, "modelnet/dgcnn")) == {"s40_pts1024_n4000_part_dropout0.45_scale_jitter0.5_z_z_ep10"}
     call = next(line for line in harder.stdout.splitlines() if "modelnet/dgcnn" in line)
     assert "data.scale_jitter=0.5" in call.split() and "data.part_dropout=0.45" in call.split()
     refused = _stage(stand_in, tmp_path, "shapes40", S40_DATA="data.num_points=64")
     assert refused.returncode == 2 and "got 'data.num_points=64'" in refused.stderr and "scale_jitter" in refused.stderr
+    twice = _stage(stand_in, tmp_path, "shapes40", S40_DATA="data.part_dropout=0.4 data.part_dropout=0.5")
+    assert twice.returncode == 2 and "sets data.part_dropout twice" in twice.stderr and "CALL" not in twice.stdout
