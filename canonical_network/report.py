@@ -597,6 +597,14 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()[:60]
 
 
+def _figure_slug(table: str, data: str, budget: str) -> str:
+    """A table's figure name for one data set and budget: readable (the table, the data set's first word, the
+    budget) and a digest of the whole data set and budget, so that one data set's figure keeps its name whichever
+    other data sets of the same first word (the embedded shapes' sizes, difficulties) have runs."""
+    digest = hashlib.sha1(f"{data}|{budget}".encode()).hexdigest()[:6]
+    return f"{_slug(f'{table}_{data.split()[0]}_{budget}')[:53]}_{digest}"
+
+
 def _not_counted(failures: list[str]) -> str:
     """`` (+1 diverged, +1 failed)``: the runs of a cell that its mean leaves out, said where the mean is read."""
     diverged = sum(1 for f in failures if f == "diverged")
@@ -1376,9 +1384,9 @@ def build_report(folders: list[Path], out: Path, claims_file: Path | None = None
             budget, cells, _ = max(groups, key=lambda g: (sum(bool(c.values) for c in g[1].values()),
                                                           -groups.index(g)))
             table_sections += floor_note(spec, cells)
-            slug = _slug(f"{name}_{data.split()[0]}_{budget}")
-            if slug in figure_slugs:  # two data sets of one first word (the embedded shapes' sizes, difficulty)
-                slug = f"{slug[:53]}_{hashlib.sha1(f'{data}|{budget}'.encode()).hexdigest()[:6]}"
+            slug = _figure_slug(name, data, budget)
+            if slug in figure_slugs:
+                raise RuntimeError(f"two figures of {name} named {slug}: their data sets' digests collide")
             figure_slugs.add(slug)
             bar = figures / f"{slug}_bars.png"
             _bar_chart(name, spec, cells, bar, comparable)

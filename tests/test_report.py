@@ -600,20 +600,35 @@ def test_point_cloud_tables_on_the_embedded_shapes_show_the_floor_and_the_runs_a
 
 
 def test_two_data_sets_of_one_first_word_get_a_figure_each(tmp_path):
-    """The 40-class shapes at two difficulties are two tables whose figure names would be the same: each keeps its
-    own chart, the second named with a digest of its data set."""
+    """The 40-class shapes at two difficulties are two tables whose readable figure names are the same: each keeps
+    its own chart, named with a digest of its own data set, so a data set's figure keeps its name whichever others
+    have runs (with the name given to whichever came second, the default's chart took the other's name when the
+    default moved)."""
     from canonical_network.data.synthetic_shapes40 import SCALE_JITTER
 
     shapes40 = "canonical_network.data.synthetic_shapes40.SyntheticShapes40DataModule"
-    runs = tmp_path / "runs"
-    for seed, jitter in enumerate([SCALE_JITTER, 0.2]):
-        write_run(runs, f"dg{seed}", "modelnet/dgcnn", seed, {"test/acc": 0.8}, data=shapes40,
-                  extra_config={"data": {"_target_": shapes40, "rotation": "z/z", "num_points": 256,
-                                         "num_train": 100, "scale_jitter": jitter}})
-    text = report.build_report([runs], tmp_path / "out").read_text()
-    bars = sorted(p.name for p in (tmp_path / "out" / report.FIGURES).glob("modelnet_table_*_bars.png"))
-    assert len(bars) == 2 and all(f"{report.FIGURES}/{name}" in text for name in bars)
-    assert "scale_jitter 0.2" in text
+
+    def figures(jitters: list[float], out: str) -> dict[str, str]:
+        """Each data set's bar chart: {the data line's jitter, or 'default': the file's name}."""
+        runs = tmp_path / out / "runs"
+        for seed, jitter in enumerate(jitters):
+            write_run(runs, f"dg{seed}", "modelnet/dgcnn", seed, {"test/acc": 0.8}, data=shapes40,
+                      extra_config={"data": {"_target_": shapes40, "rotation": "z/z", "num_points": 256,
+                                             "num_train": 100, "scale_jitter": jitter}})
+        text = report.build_report([runs], tmp_path / out / "report").read_text()
+        names = {}
+        for section in (part for part in text.split("### ")[1:] if "_bars.png" in part):
+            data = next(line for line in section.splitlines() if line.startswith("Data: ")).split(";")[0]
+            bar = next(line for line in section.splitlines() if line.startswith("![") and "_bars.png" in line)
+            key = data.split("scale_jitter ")[1] if "scale_jitter " in data else "default"
+            names[key] = bar.split(f"{report.FIGURES}/")[1].rstrip(")")
+            assert (tmp_path / out / "report" / report.FIGURES / names[key]).is_file()
+        return names
+
+    both = figures([SCALE_JITTER, 0.2], "both")
+    assert set(both) == {"default", "0.2"} and both["default"] != both["0.2"]
+    assert figures([SCALE_JITTER], "default") == {"default": both["default"]}
+    assert figures([0.2], "other") == {"0.2": both["0.2"]}
 
 
 def test_table5b_checks_that_the_canonicalized_pointnet_beats_pointnet_under_z_so3(tmp_path):
