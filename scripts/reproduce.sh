@@ -404,7 +404,7 @@ case "${1:-}" in
              # at the point-cloud budget (PC_POINTS, PC_TRAIN, PC_EPOCHS: by default the pointclouds-cpu stage's 256
              # points, 1,000 clouds, 5 epochs, ~20-30 CPU-min a DGCNN run); the band's setting (DGCNN 85-95 % at 1,024
              # points) is PC_POINTS=1024 PC_TRAIN=4000 with PC_EPOCHS=10 (hours a run on a CPU) or more on a GPU (EXTRA="trainer=gpu"). DGCNN
-             # seed 0 first. Folders s40_pts<points>[_n<clouds>]_z_z[_ep<epochs>]; the report's Table 4 shows them
+             # seed 0 first. Folders s40_pts<points>[_n<clouds>]_<difficulty>_z_z[_ep<epochs>]; the report's Table 4 shows them
              # as their own data set, and scripts/shapes40_difficulty.py puts them beside its descriptor's floor
              # S40_DATA="data.part_dropout=0.45 ..." sets the generator's difficulty (noise_std, part_dropout,
              # sampling_bias, scale_jitter), named in the folder (s40_pts1024_n4000_part_dropout0.45_scale_jitter0.65_z_z_ep10,
