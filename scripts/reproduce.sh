@@ -7,6 +7,8 @@
 #   scripts/reproduce.sh rotmnist-gcnn   # Table 1's G-CNN rows and CN(OPT), seeds 0-2: for a GPU (EXTRA="trainer=gpu")
 #   scripts/reproduce.sh nbody           # the 7 rows of Table 3, 1,000 epochs (FA-GNN: FA_EPOCHS), seeds 0-1 (2: CN-GNN, EGNN)
 #   scripts/reproduce.sh nbody-ablations
+#   scripts/reproduce.sh rotmnist-seeds  # seeds 3-4 of every Table 1, 2, 6 row (the scorecard at five seeds); nbody-seeds
+#                                        # the same for Table 3's open claims at 10,000 epochs; scorecard-seeds: both
 #   scripts/reproduce.sh rotmnist-table6 # Table 6 at the same protocol: 3-layer p8-p32, then 1 and 2 layers, seeds 0-2
 #   scripts/reproduce.sh nbody-long      # CN-GNN, its frozen row, EGNN and GNN at NBODY_LONG (3,000) epochs
 #   scripts/reproduce.sh nbody-paper     # Table 3 at the paper's protocol: 10,000 epochs, best validation, seeds 0-2
@@ -134,6 +136,38 @@ case "${1:-}" in
         done
       done
     done ;;
+  rotmnist-seeds)  # the scorecard at five seeds: seeds 3-4 of every Table 1, 2 and 6 row at the Table 1 protocol (and
+                  # seeds 2-4 of Table 6's 1- and 2-layer cells), the rows behind the most unresolved claims first:
+                  # CN(p64) with its CN(pretrained) pairing (7 claims), the rows it is compared with, then Table 6, the
+                  # authors'-protocol rows and the G-CNN rows (about an hour a run on one core). G-CNN (p64 & = params)
+                  # only with a GPU (EXTRA holds trainer=gpu); on a CPU it stays at its three seeds.
+    run "" "3 4" rotmnist/cn_p64 rotmnist/cn_pretrained rotmnist/cnn_aug -- trainer.max_epochs=100
+    run "" "3 4" rotmnist/cn_p4_frozen rotmnist/cn_pca rotmnist/cn_p4 rotmnist/cnn -- trainer.max_epochs=100
+    for seeds in 2 "3 4"; do
+      for layers in 1 2; do
+        for rotations in 4 8 16 32 64; do
+          run "l${layers}_p${rotations}" "$seeds" rotmnist/cn_p4 -- trainer.max_epochs=100 \
+            canonicalization.num_layers="$layers" canonicalization.num_rotations="$rotations"
+        done
+      done
+    done
+    for rotations in 8 16 32; do
+      run "p${rotations}" "3 4" rotmnist/cn_p4 -- trainer.max_epochs=100 canonicalization.num_rotations="$rotations"
+    done
+    run no_early_stop "3 4" rotmnist/cn_p64 rotmnist/cnn_aug rotmnist/cn_p4 -- trainer.max_epochs=100 \
+      callbacks.early_stopping=null test_ckpt=last
+    run "" "3 4" rotmnist/cn_opt rotmnist/gcnn_p4_eqparams rotmnist/gcnn_p4 -- trainer.max_epochs=100
+    [[ "$EXTRA" == *trainer=gpu* ]] && run "" "3 4" rotmnist/gcnn_p64_eqparams -- trainer.max_epochs=100
+    ;;
+  nbody-seeds)  # the scorecard at five seeds, N-body half: seeds 3-4 of the rows of Table 3's open claims at the
+                # paper's protocol (nbody-paper's 10,000 epochs, no early stopping, compiled): CN-GNN-O(3) against
+                # CN-GNN (within 0.0005), CN-GNN (frozen) against the GNN (> 20 % better). One lane: about 3 h a run
+                # on one core, resumed from last.ckpt after any restart
+    run ep10000 "3 4" nbody/cn_gnn_o3 nbody/cn_gnn nbody/cn_gnn_frozen nbody/gnn -- trainer.max_epochs=10000 \
+      callbacks.early_stopping=null compile=true ;;
+  scorecard-seeds)  # both halves, one after the other (or run rotmnist-seeds and nbody-seeds as two lanes)
+    bash scripts/reproduce.sh rotmnist-seeds || FAILED_CALLS=$((FAILED_CALLS + 1))
+    bash scripts/reproduce.sh nbody-seeds || FAILED_CALLS=$((FAILED_CALLS + 1)) ;;
   rotmnist-ablations)  # what moves the CN(p64) gap (issue 10): early stopping, capacity, filters, lr, temperature
     # the authors' runs: no early stopping, the last epoch tested (first: it moved CN(p64) most at n = 2); CN(p4)
     # too, for its gap to G-CNN (p4 & = params) (the claim "comparable to G-CNNs")

@@ -161,3 +161,53 @@ def test_the_shapes40_stage_names_a_difficulty_in_its_folders(stand_in, tmp_path
     assert refused.returncode == 2 and "got 'data.num_points=64'" in refused.stderr and "scale_jitter" in refused.stderr
     twice = _stage(stand_in, tmp_path, "shapes40", S40_DATA="data.part_dropout=0.4 data.part_dropout=0.5")
     assert twice.returncode == 2 and "sets data.part_dropout twice" in twice.stderr and "CALL" not in twice.stdout
+
+
+def _jobs(stdout: str) -> dict[tuple[str, str, int], str]:
+    """(experiment, variant, seed) -> the overrides after ``--``, of every run_protocol.py call a stage printed."""
+    jobs = {}
+    for line in stdout.splitlines():
+        if not line.startswith("CALL scripts/run_protocol.py"):
+            continue
+        head, overrides = line.split(" -- ", 1)
+        words = head.split()
+        variant = words[words.index("--variant") + 1] if "--variant" in words else ""
+        seeds = words[words.index("--seeds") + 1:]
+        seeds = [int(s) for s in seeds[:next(i for i, s in enumerate(seeds) if s.startswith("--"))]]
+        for experiment in words[words.index("--experiments") + 1:]:
+            jobs.update({(experiment, variant, seed): overrides for seed in seeds})
+    return jobs
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_seeds_stages_take_every_scorecard_row_to_five_seeds(stand_in, tmp_path, gpu):
+    """rotmnist-seeds beside the stages that made seeds 0-2 gives every Table 1, 2 and 6 row (and the authors'-
+    protocol rows beside them) seeds 0-4 at the same overrides; G-CNN (p64 & = params) only on a GPU. nbody-seeds
+    does the same for the four rows of Table 3's open claims, at nbody-paper's 10,000-epoch overrides."""
+    extra = {"EXTRA": "trainer=gpu"} if gpu else {}
+    earlier = {}
+    for stage in ("rotmnist", "rotmnist-gcnn", "rotmnist-table6", "rotmnist-ablations"):
+        proc = _stage(stand_in, tmp_path, stage, **extra)
+        assert proc.returncode == 0, proc.stderr
+        earlier.update(_jobs(proc.stdout))
+    ablations = {"h16", "h32", "free16", "canon_lr1e-2", "temp0.1", "train4400"}
+    earlier = {job: overrides for job, overrides in earlier.items() if job[1] not in ablations}
+    proc = _stage(stand_in, tmp_path, "rotmnist-seeds", **extra)
+    assert proc.returncode == 0, proc.stderr
+    new = _jobs(proc.stdout)
+    cpu_only = set() if gpu else {("rotmnist/gcnn_p64_eqparams", "")}
+    rows = {(e, v) for e, v, _ in earlier}
+    assert {(e, v) for e, v, _ in new} == rows - cpu_only
+    for row in rows - cpu_only:
+        assert {s for e, v, s in (*earlier, *new) if (e, v) == row} == {0, 1, 2, 3, 4}, row
+        overrides = {o for (e, v, _), o in (*earlier.items(), *new.items()) if (e, v) == row}
+        assert len(overrides) == 1, (row, overrides)
+
+    proc = _stage(stand_in, tmp_path, "nbody-seeds")
+    assert proc.returncode == 0, proc.stderr
+    new = _jobs(proc.stdout)
+    rows = ("nbody/cn_gnn", "nbody/cn_gnn_o3", "nbody/cn_gnn_frozen", "nbody/gnn")
+    assert set(new) == {(e, "ep10000", s) for s in (3, 4) for e in rows}
+    paper = _jobs(_stage(stand_in, tmp_path, "nbody-paper").stdout)
+    for (experiment, variant, _), overrides in new.items():
+        assert {o for (e, v, _), o in paper.items() if (e, v) == (experiment, variant)} == {overrides}
