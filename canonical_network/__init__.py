@@ -15,7 +15,35 @@ the same names and defaults. The names below are imported on first use (module `
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import TYPE_CHECKING, Any
+
+
+def _leave_the_working_directory_off_the_path() -> None:
+    """``python -m canonical_network.<entry>`` puts the working directory first on ``sys.path`` (``-m`` does), so
+    whatever lies there would run: a module named like a dependency (``yaml.py``, ``torch/``), or a
+    ``hydra_plugins/*.py`` file, which Hydra imports when it looks for plugins. The entry points need nothing
+    from it, so when this package is imported by ``-m`` (``sys.argv[0]`` is ``"-m"`` while Python locates the
+    module) the entry is dropped, and ``PYTHONSAFEPATH=1`` keeps it off in the Python processes the command
+    starts (local launcher jobs, worker processes). The folder is noted (:data:`USER_CODE_DIR_VARIABLE`):
+    building a component the user named (``prediction._target_=my_model.Net``) puts it back, at the end of
+    the path, where it shadows nothing (``utils/trust.py``). The console scripts (``cn-train``...) never add
+    it. Importing the package from your own code changes nothing."""
+    if sys.argv[:1] != ["-m"] or not sys.path or sys.flags.safe_path:
+        return
+    first = sys.path[0]
+    if first in ("", os.curdir) or os.path.abspath(first) == os.getcwd():
+        del sys.path[0]
+        os.environ["PYTHONSAFEPATH"] = "1"
+        os.environ.setdefault(USER_CODE_DIR_VARIABLE, os.getcwd())
+
+
+#: The environment variable naming the working directory ``python -m`` would have put on the path.
+USER_CODE_DIR_VARIABLE = "CANONICAL_NETWORK_USER_CODE_DIR"
+
+_leave_the_working_directory_off_the_path()
+
 
 #: exported name -> the module that defines it
 _EXPORTS: dict[str, str] = {

@@ -49,6 +49,7 @@ from canonical_network.utils.runs import (
     prepare_process,
     save_hydra_record,
 )
+from canonical_network.utils.trust import build, check_buildable, granted
 
 log = logging.getLogger("canonical_network.diagnose")
 
@@ -131,19 +132,44 @@ def _settings(cfg: DictConfig) -> DictConfig:
 
 
 def run(cfg: DictConfig) -> dict:
-    """Diagnose the configured model; write ``diagnostics.json`` and figures; return the results."""
+    """Diagnose the configured model; write ``diagnostics.json`` and figures; return the results.
+
+    Every node of the config passes the trust boundary first (``utils/trust.py``). The output folder must be one
+    of its own (:func:`check_output_folder`): a diagnosis never writes into a run's folder."""
+    with granted(cfg.get("trusted_targets")):
+        check_buildable(cfg, "the diagnosis's config")
+        return _run(cfg)
+
+
+def check_output_folder(output_dir: Path) -> None:
+    """Refuse an output folder that holds another command's record: a run's ``results.json``, ``checkpoints/``
+    or ``.hydra/``, or an earlier diagnosis (its ``diagnostics.json``). A finished run folder is never written
+    again: ``hydra.run.dir=<a run>`` would replace its ``.hydra/`` files; a diagnosis goes into a folder of its
+    own (``scripts/diagnose_runs.py`` uses a new ``<run>/diagnose-<k>/`` beside the run's files)."""
+    from canonical_network.records import RESULTS_FILE as RUN_RECORD
+
+    taken = [name for name in (RUN_RECORD, "checkpoints", ".hydra", RESULTS_FILE) if (output_dir / name).exists()]
+    if taken:
+        raise ConfigError(
+            f"hydra.run.dir={output_dir} already holds {', '.join(taken)} (another command's folder): a diagnosis "
+            "writes into a folder of its own and never into a run's; leave hydra.run.dir to its default, or give a "
+            "new folder")
+
+
+def _run(cfg: DictConfig) -> dict:
     settings = _settings(cfg)
     output_dir = Path(cfg.paths.output_dir)
+    check_output_folder(output_dir)
     save_hydra_record(cfg, output_dir)
     prepare_process(cfg, output_dir)
     device = settings.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:  # building from the config: a failure here is a config error
-        datamodule = hydra.utils.instantiate(cfg.data)
+        datamodule = build(cfg.data, "data")
         # with a checkpoint, its state dict sets every weight: pretrained weights files are not read
-        model = hydra.utils.instantiate(checkpoints.without_pretrained_weights(cfg.model) if cfg.get("ckpt_path")
-                                        else cfg.model)
+        model = build(checkpoints.without_pretrained_weights(cfg.model) if cfg.get("ckpt_path") else cfg.model,
+                      "model")
     except Exception as error:
         raise ConfigError(str(error)) from error
     if cfg.get("ckpt_path"):
@@ -208,7 +234,15 @@ def _log_to_loggers(cfg: DictConfig, output_dir: Path, results: dict) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="diagnose")
 def main(cfg: DictConfig) -> None:
-    if run(cfg)["failed"]:
+    from canonical_network.utils.runs import is_multirun, refuse
+
+    try:
+        results = run(cfg)
+    except ConfigError as error:
+        if is_multirun():
+            raise
+        refuse("canonical_network.diagnose", error)  # one line, exit status 2
+    if results["failed"]:
         raise SystemExit(1)
 
 

@@ -22,7 +22,8 @@ read. ``tables`` and ``report`` leave such records out (:func:`canonical_network
 
 The checkpoint may come from another machine or checkout: its data paths under the training run's
 ``paths.data_dir`` follow this command's ``paths.data_dir``, and its data is downloaded only when the command
-line asks (``data.download=true``), never because the stored config said so (:func:`register_run_config`).
+line asks (``data.download=true``, ``data.generate_if_missing=true``), never because the stored config said so
+(:func:`register_run_config`).
 Pretrained weights a component loaded when the run started (``prediction.weights=IMAGENET1K_V1``) are not read
 again: the checkpoint's state dict holds every weight (:func:`~canonical_network.utils.checkpoints.without_pretrained_weights`).
 
@@ -47,7 +48,6 @@ from canonical_network.records import EVALUATED, EVALUATED_CHECKPOINT_KEY, RESUL
 from canonical_network.utils.checkpoints import (
     check_architecture_unchanged,
     check_overrides,
-    check_targets,
     load_checkpoint,
     load_weights,
     require_run_config,
@@ -72,14 +72,16 @@ from canonical_network.utils.runs import (
     run_record,
     save_hydra_record,
 )
+from canonical_network.utils.trust import build, check_buildable, granted, targets_named_by
 
 log = logging.getLogger("canonical_network.evaluate")
 
 #: Name of the options under which the checkpoint's run config is registered (configs/evaluate.yaml).
 FROM_CHECKPOINT = "from_checkpoint"
 #: Keys of the stored run config that an evaluation takes from its own config instead: its loggers, paths
-#: and callbacks (the run's would write into the training run's folder) and the options of fitting.
-NOT_REUSED = ("logger", "callbacks", "paths", "hydra", "ckpt_path", "resume", "test", "test_ckpt")
+#: and callbacks (the run's would write into the training run's folder), the options of fitting, and the trust
+#: the user gives (``trusted_targets``: the evaluation's command line names it, never the file).
+NOT_REUSED = ("logger", "callbacks", "paths", "hydra", "ckpt_path", "resume", "test", "test_ckpt", "trusted_targets")
 #: Keys of the stored run config registered as options of their own group, so that ``data=<option>`` and
 #: ``trainer=<option>`` replace them whole instead of merging into them.
 GROUPS = {"data": ("data", "data_info"), "trainer": ("trainer",)}
@@ -95,11 +97,17 @@ def _folder_taken(folder: Path | str) -> bool:
     return (Path(folder) / RESULTS_FILE).exists() or (Path(folder) / "checkpoints").exists()
 
 
+#: Keys of a data config that make the data module write into its data folder when files are missing.
+DATA_WRITING_KEYS = ("download", "generate_if_missing")
+
+
 def data_for_this_machine(data: Any, stored_paths: Any) -> Any:
     """The checkpoint's ``data`` section as this machine reads it: every string under the training run's
     ``paths.data_dir`` (``/home/them/canonical_network/data/rotated_mnist``) becomes the same place under this
-    command's (``${paths.data_dir}/rotated_mnist``), and ``download`` is false (the command line may set it
-    again: a file read from disk never decides that something is downloaded, nor where to)."""
+    command's (``${paths.data_dir}/rotated_mnist``), and the switches that make a data module write into its
+    folder (:data:`DATA_WRITING_KEYS`: ``download``, ``generate_if_missing``) are false: the command line may
+    set them again, but a file read from disk never decides that something is downloaded or generated, nor
+    where (a data folder the run named outside its ``paths.data_dir`` is only read)."""
     root = str((stored_paths or {}).get("data_dir") or "").rstrip("/")
 
     def moved(value: Any) -> Any:
@@ -114,8 +122,9 @@ def data_for_this_machine(data: Any, stored_paths: Any) -> Any:
     if not isinstance(data, dict):
         return data or {}
     data = moved(data)
-    if "download" in data:
-        data["download"] = False
+    for key in DATA_WRITING_KEYS:
+        if key in data:
+            data[key] = False
     return data
 
 
@@ -136,27 +145,15 @@ def register_run_config(stored: dict[str, Any]) -> None:
     store.store(group="trainer", name=FROM_CHECKPOINT, node=stored.get("trainer") or {})
 
 
-def trusted_from_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
-    """The targets a command line's ``trusted_targets=[a.B,c.D]`` names (empty without one)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    trusted: list[str] = []
-    for override in OverridesParser.create().parse_overrides(list(overrides)):
-        if override.key_or_group == "trusted_targets" and not override.is_delete():
-            value = override.value()
-            trusted += [str(v) for v in value] if isinstance(value, list) else [str(value)]
-    return trusted
-
-
 def prepare(ckpt_path: str | Path, overrides: list[str]) -> dict[str, Any]:
-    """Read the run config of ``ckpt_path``, check it may be built (:func:`check_targets`) and ``overrides``
-    against it, and register it for composing; returns it. Nothing is created: a missing file, a checkpoint
-    without a run config, a config that would build anything but the package's components (or the
-    ``trusted_targets=[...]`` of the command line) or a refused override fails here."""
+    """Read the run config of ``ckpt_path`` through the trust boundary (plain data, only the package's components
+    and those the command line names: ``trusted_targets=[...]``), check ``overrides`` against it, and register it
+    for composing; returns it. Nothing is created: a missing file, a checkpoint without a run config, a config
+    that is not plain data or would build anything else, or a refused override fails here."""
     path = Path(ckpt_path)
-    stored = require_run_config(load_checkpoint(path), path)
-    check_targets(stored, path, trusted_from_overrides(overrides))
-    check_overrides(overrides, stored)
+    with granted(targets_named_by(overrides)):
+        stored = require_run_config(load_checkpoint(path), path)
+        check_overrides(overrides, stored)
     register_run_config(stored)
     return stored
 
@@ -189,9 +186,14 @@ def evaluate(cfg: DictConfig) -> RunResults:
     """Test the checkpoint ``cfg.ckpt_path`` under the composed evaluation config ``cfg`` and write
     ``results.json`` into ``cfg.paths.output_dir``; returns the record written.
 
-    Everything that can fail on the config (the checkpoint, the architecture check, building the data,
-    model, loggers and trainer) fails with a :class:`ConfigError` before the test loop.
+    Everything that can fail on the config (the checkpoint, the trust boundary, the architecture check, building
+    the data, model, loggers and trainer) fails with a :class:`ConfigError` before the test loop.
     """
+    with granted(cfg.get("trusted_targets")):
+        return _evaluate(cfg)
+
+
+def _evaluate(cfg: DictConfig) -> RunResults:
     start = time.time()
     path = Path(cfg.ckpt_path).resolve()
     output_dir = Path(cfg.paths.output_dir)
@@ -200,8 +202,9 @@ def evaluate(cfg: DictConfig) -> RunResults:
         stored = require_run_config(checkpoint, path)
     except (OSError, ValueError) as error:
         raise ConfigError(str(error)) from error
-    trusted = list(cfg.get("trusted_targets") or [])
-    check_targets(stored, path, trusted)
+    # the composed config, every node of it (the checkpoint's, and whatever composing added), before any
+    # component is imported
+    check_buildable(cfg, f"the evaluation of {path}")
     validate_run_config(cfg)  # first: a data set of another task is named as such
     use_training_free_canonicalizer(cfg)  # canonicalization=tta: the task's canonicalizer becomes it
     use_symmetrization(cfg)  # canonicalization.symmetrization=...: the task's canonicalizer takes it
@@ -213,8 +216,8 @@ def evaluate(cfg: DictConfig) -> RunResults:
     config = OmegaConf.to_container(cfg, resolve=True)
 
     try:  # building from the config: a failure here is a config error, found before testing
-        datamodule = hydra.utils.instantiate(cfg.data)
-        model = hydra.utils.instantiate(without_pretrained_weights(cfg.model))  # its weights: the checkpoint's
+        datamodule = build(cfg.data, "data")
+        model = build(without_pretrained_weights(cfg.model), "model")  # its weights: the checkpoint's
         load_weights(model, checkpoint, path)
         loggers = instantiate_loggers(cfg, output_dir, job_type="evaluate")
         trainer = build_trainer(cfg, output_dir, instantiate_callbacks(cfg), loggers)

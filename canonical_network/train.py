@@ -65,6 +65,7 @@ from canonical_network.utils.runs import (
     save_hydra_record,
     to_float,
 )
+from canonical_network.utils.trust import build, check_buildable, granted
 
 log = logging.getLogger("canonical_network.train")
 
@@ -261,11 +262,19 @@ def check_start_over(cfg: DictConfig, output_dir: Path) -> None:
 def run(cfg: DictConfig) -> RunResults:
     """Fit, test and write results.json for one composed config; returns the record written.
 
-    A run is admitted before it writes anything into its folder: its config is valid, the folder holds no
+    Every node of the config passes the trust boundary first (``utils/trust.py``: the package's components, the
+    ``trusted_targets`` of the config and what the command line named), before any component is imported. A run
+    is admitted before it writes anything into its folder: its config is valid, the folder holds no
     completed run (:class:`RunFolderFinished`) and no other process trains in it (the lock, held for the whole
     run by global rank 0 only: under Slurm every rank runs this). Then ``.hydra/`` is written, and with
     ``resume=false`` the files of an earlier unfinished run are set aside.
     """
+    with granted(cfg.get("trusted_targets")):
+        check_buildable(cfg, "the run config")
+        return _admit(cfg)
+
+
+def _admit(cfg: DictConfig) -> RunResults:
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
     validate_run_config(cfg)
@@ -305,8 +314,8 @@ def _run(cfg: DictConfig) -> RunResults:
     config = OmegaConf.to_container(cfg, resolve=True)
 
     try:  # building from the config: a failure here is a config error, found before any training
-        datamodule = hydra.utils.instantiate(cfg.data)
-        model = hydra.utils.instantiate(cfg.model)
+        datamodule = build(cfg.data, "data")
+        model = build(cfg.model, "model")
         model.run_config = config  # stored in every checkpoint: `evaluate` rebuilds the model from it alone
         callbacks = instantiate_callbacks(cfg)
         check_monitors(model, callbacks)

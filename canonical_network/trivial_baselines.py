@@ -23,7 +23,6 @@ def compose_data(overrides: list[str]):
     """The ``data`` and ``data_info`` of ``python -m canonical_network.train <overrides>``."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.utils import instantiate
 
     from canonical_network.data.pointclouds import PointCloudDataModule
     from canonical_network.utils.config import CONFIG_DIR
@@ -31,7 +30,10 @@ def compose_data(overrides: list[str]):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
-    data = instantiate(cfg.data)
+    from canonical_network.utils.trust import build, granted, targets_named_by
+
+    with granted(targets_named_by(overrides)):  # the command line's own components
+        data = build(cfg.data, "data")
     if not isinstance(data, PointCloudDataModule):
         raise SystemExit(f"not a point-cloud experiment (data: {type(data).__name__}); give "
                          "experiment=modelnet/<row> or experiment=shapenet/<row>")

@@ -42,13 +42,13 @@ EXPERIMENTS = ("nbody/gnn", "nbody/egnn", "nbody/cn_gnn", "nbody/fa_gnn")
 
 def train_once(experiment: str, compiled: bool, epochs: int, seed: int) -> dict:
     """Fit ``experiment`` for ``epochs`` epochs; per-epoch CPU seconds, last metrics and final weights."""
-    import hydra
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import Callback
 
     from canonical_network.utils.compile import compiled_network
     from canonical_network.utils.config import compose_experiment
+    from canonical_network.utils.trust import build
 
     class EpochClock(Callback):
         """CPU seconds of each training epoch, its validation included (it runs before the epoch's end)."""
@@ -65,8 +65,8 @@ def train_once(experiment: str, compiled: bool, epochs: int, seed: int) -> dict:
 
     cfg = compose_experiment([f"experiment={experiment}", f"seed={seed}"])
     L.seed_everything(seed, workers=True, verbose=False)
-    datamodule = hydra.utils.instantiate(cfg.data)
-    model = hydra.utils.instantiate(cfg.model)
+    datamodule = build(cfg.data)
+    model = build(cfg.model)
     clock = EpochClock()
     trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=epochs,
                         check_val_every_n_epoch=cfg.trainer.check_val_every_n_epoch, logger=False,

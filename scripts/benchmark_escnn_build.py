@@ -93,11 +93,10 @@ def build_child(name: str) -> None:
         basis_dimensions(64)
         params = buffers = None
     else:
-        from hydra.utils import instantiate
-
         from canonical_network.utils.config import compose_experiment
+        from canonical_network.utils.trust import build
 
-        model = instantiate(compose_experiment(overrides).model)
+        model = build(compose_experiment(overrides).model)
         names = {n for n, _ in model.named_parameters()}
         params = sum(p.numel() for p in model.parameters())
         buffers = sum(t.numel() * t.element_size() for n, t in model.state_dict().items() if n not in names)

@@ -67,12 +67,11 @@ def overrides_for(kind: str, order: int, channels: list[int] | None = None) -> l
 
 def build(overrides: list[str]) -> torch.nn.Module:
     """The task module of an experiment, in eval mode (escnn expands and caches its filters here)."""
-    from hydra.utils import instantiate
-
     from canonical_network.utils.config import compose_experiment
+    from canonical_network.utils.trust import build
 
     cfg = compose_experiment(overrides)
-    return instantiate(cfg.model).eval()
+    return build(cfg.model).eval()
 
 
 def parameter_count(model: torch.nn.Module) -> int:

@@ -110,15 +110,15 @@ def synthetic_inputs(family: str, cfg, seed: int) -> tuple:
 
 def build_network(setup: Setup, mode: str, seed: int):
     """``(network, cfg)``: the ``CanonicalizedModel`` of ``setup`` in ``mode``, built as training builds it."""
-    import hydra
     import torch
 
     from canonical_network.utils.config import compose_experiment
+    from canonical_network.utils.trust import build
 
     cfg = compose_experiment([f"experiment={setup.experiment}", *setup.overrides,
                               f"canonicalization.symmetrization={mode}", f"canonicalization.frame_size={FRAME_SIZE}"])
     torch.manual_seed(seed)
-    task = hydra.utils.instantiate(cfg.model)
+    task = build(cfg.model)
     return task.network.eval(), cfg
 
 

@@ -36,17 +36,17 @@ ROWS = ("tfn", "se3_transformer")
 def build(row: str, paths_min_weights: int):
     """The row's predictor (seeded: every build has the same initial weights) with its pair kernels split by
     paths from ``paths_min_weights`` radial weights on, and its learning rate, from its experiment config."""
-    import hydra
     import torch
 
     from canonical_network.prediction import tfn
     from canonical_network.utils.config import compose_experiment
+    from canonical_network.utils.trust import build
 
     cfg = compose_experiment([f"experiment=nbody/{row}"])
     rule, tfn.PATHS_MIN_WEIGHTS = tfn.PATHS_MIN_WEIGHTS, paths_min_weights
     try:
         torch.manual_seed(0)
-        return hydra.utils.instantiate(cfg.prediction), float(cfg.model.optimizer.lr)
+        return build(cfg.prediction), float(cfg.model.optimizer.lr)
     finally:
         tfn.PATHS_MIN_WEIGHTS = rule
 

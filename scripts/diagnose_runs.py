@@ -13,9 +13,13 @@ every diagnosis with the record, and the report reads the newest one's continuit
 ``diagnose/*`` metrics (``canonical_network.records``): the jump rate and output change under small rotations and
 jitter of the symmetrization tables (issue 38).
 
-Only a run's own folder is written to (a new subfolder: the record itself is never changed). Several processes
-may work through the same runs (stages run side by side as lanes): each run is diagnosed by the first to claim it
-(a lock on ``<run>/.diagnose.lock``) and skipped as busy by the others.
+A finished run's own files are never written: a diagnosis is a new subfolder beside them, holding its log
+(``diagnose.log``) too. A record is data: its overrides pass the trust boundary
+(``canonical_network/utils/trust.py``: plain overrides of the package's config tree, no Hydra settings, no config
+folder, no group option outside ``configs/``), its seed is an integer and its tested checkpoint lies inside the run
+folder, or the run is refused (``FAILED``, naming the record and the value). Several processes may work through
+the same runs (stages run side by side as lanes): each run is diagnosed by the first to claim it (a lock in the
+root's ``.claims/diagnose/``) and skipped as busy by the others.
 """
 
 from __future__ import annotations
@@ -39,24 +43,51 @@ from canonical_network.records import (
 )
 from canonical_network.records import tested_checkpoint as records_tested_checkpoint
 from canonical_network.utils.files import exclusive_lock
+from canonical_network.utils.trust import UntrustedConfig, inside, record_overrides
 
-#: the lock a process holds on a run folder while it diagnoses it
-CLAIM = ".diagnose.lock"
+#: where the locks a process holds while it diagnoses a run live: below the root, never in the run's folder
+CLAIMS = Path(".claims") / "diagnose"
 
 #: overrides of the training command that do not describe the model or data (the diagnosis sets its own)
 _DROPPED = ("logger", "hydra.", "~callbacks", "callbacks", "trainer.", "ckpt_path", "skip_finished")
 
 
+def claim_path(root: Path, run_dir: Path) -> Path:
+    """The lock file of ``run_dir``'s diagnosis: ``<root>/.claims/diagnose/<run path with / as ->.lock``."""
+    relative = run_dir.resolve().relative_to(root.resolve()).as_posix()
+    return root / CLAIMS / f"{relative.replace('/', '-')}.lock"
+
+
+def _value(text: str) -> str:
+    """``text`` as an override value: quoted when it holds a character of the override grammar (a path may)."""
+    import re
+
+    if re.fullmatch(r"[A-Za-z0-9_./@:+-]*", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def diagnose_command(run_dir: Path, record: dict, num_samples: int, python: str = sys.executable,
                      into: str = DIAGNOSIS_DIR) -> list[str]:
     """The ``canonical_network.diagnose`` command for one finished run: its experiment and model/data overrides,
-    its tested checkpoint, output into ``<run>/<into>``."""
-    checkpoint = path_from_record(record["checkpoint"], run_dir)
-    overrides = [o for o in record.get("overrides") or []
-                 if not o.lstrip("+~").startswith(_DROPPED) and not o.startswith("seed=")]
-    return [python, "-m", "canonical_network.diagnose", *overrides, f"seed={record.get('seed', 0)}",
-            f"ckpt_path={checkpoint}", "logger=none", f"diagnose.num_samples={num_samples}",
-            "diagnose.figures=false", f"hydra.run.dir={run_dir / into}"]
+    its tested checkpoint, output into ``<run>/<into>``. The record is data from disk: its overrides pass
+    :func:`~canonical_network.utils.trust.record_overrides` (after the logging, budget and folder settings of
+    training are dropped), its seed must be an integer and its checkpoint a file of the run's own folder;
+    :class:`~canonical_network.utils.trust.UntrustedConfig` otherwise."""
+    source = run_dir / "results.json"
+    kept = [o for o in record.get("overrides") or []
+            if not (isinstance(o, str) and (o.lstrip("+~").startswith(_DROPPED) or o.startswith("seed=")))]
+    overrides = record_overrides(kept, source)
+    seed = record.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise UntrustedConfig(f"{source}: refused seed={seed!r}: a run's seed is an integer")
+    checkpoint = path_from_record(str(record["checkpoint"]), run_dir)
+    if not inside(checkpoint, run_dir):
+        raise UntrustedConfig(f"{source}: refused checkpoint={record['checkpoint']!r}: it resolves outside the run "
+                              f"folder {run_dir}, whose own tested checkpoint a diagnosis reads")
+    return [python, "-m", "canonical_network.diagnose", *overrides, f"seed={seed}",
+            f"ckpt_path={_value(str(checkpoint))}", "logger=none", f"diagnose.num_samples={num_samples}",
+            "diagnose.figures=false", f"hydra.run.dir={_value(str(run_dir / into))}"]
 
 
 def diagnosis_format(path: Path) -> int:
@@ -109,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if tested_checkpoint(run_dir, record) is None:
                 continue
-            with exclusive_lock(run_dir / CLAIM) as holder:
+            claim = claim_path(root, run_dir)
+            claim.parent.mkdir(parents=True, exist_ok=True)
+            with exclusive_lock(claim) as holder:
                 if holder is not None:  # another process diagnoses it now
                     print(f"busy {run_dir} (diagnosed by {holder}: left to it)", flush=True)
                     continue
@@ -119,8 +152,14 @@ def main(argv: list[str] | None = None) -> int:
                     skipped += 1
                     continue
                 into = diagnosis_dir(len(earlier) + 1)
-                command = diagnose_command(run_dir, record, args.num_samples, into=into)
-                with open(run_dir / f"{into}.log", "a") as log:
+                try:
+                    command = diagnose_command(run_dir, record, args.num_samples, into=into)
+                except UntrustedConfig as error:
+                    print(f"FAILED {run_dir}: {error}", flush=True)
+                    failures += 1
+                    continue
+                (run_dir / into).mkdir(exist_ok=True)
+                with open(run_dir / into / "diagnose.log", "a") as log:
                     rc = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
             print(f"{'diagnosed' if rc == 0 else f'FAILED (exit {rc})'} {run_dir}", flush=True)
             done += rc == 0

@@ -268,12 +268,12 @@ def measure_family(family: str, data_dir: Path, row: str, batches: int, tiny: bo
     """Load the family's files with its real data module and train ``batches`` batches of ``row`` (batches of
     ``batch_size``, else the row's own)."""
     import torch
-    from hydra.utils import get_class, instantiate
     from lightning import Callback, Trainer
     from omegaconf import OmegaConf
 
     from canonical_network.data.rotated_mnist import RotatedMNISTDataModule
     from canonical_network.utils.config import compose_experiment
+    from canonical_network.utils.trust import build, locate
 
     torch.set_num_threads(threads)
     overrides = [f"experiment={row}", f"data={DATA_CONFIG[family]}", f"data.data_dir={data_dir}", "logger=none"]
@@ -285,7 +285,7 @@ def measure_family(family: str, data_dir: Path, row: str, batches: int, tiny: bo
         overrides.append(f"data.batch_size={batch_size}")
     cfg = compose_experiment(overrides)
     data_args = OmegaConf.to_container(cfg.data, resolve=True)
-    cls = get_class(data_args.pop("_target_"))
+    cls = locate(data_args.pop("_target_"))
     if tiny and cls is RotatedMNISTDataModule:  # the real reader insists on the real row counts
 
         class TinyRotatedMNIST(RotatedMNISTDataModule):
@@ -309,7 +309,7 @@ def measure_family(family: str, data_dir: Path, row: str, batches: int, tiny: bo
         def on_train_batch_end(self, *args, **kwargs):
             ends.append(time.perf_counter())
 
-    model = instantiate(cfg.model)
+    model = build(cfg.model)
     trainer = Trainer(accelerator="cpu", devices=1, max_epochs=1, limit_train_batches=batches, limit_val_batches=0,
                       num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                       enable_model_summary=False, callbacks=[Clock()])

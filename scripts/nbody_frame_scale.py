@@ -25,19 +25,19 @@ from __future__ import annotations
 
 import argparse
 
-import hydra
 import torch
 
 from canonical_network.canonicalization.nbody import FEATURES
 from canonical_network.evaluate import compose_evaluation
 from canonical_network.groups.euclidean import random_orthogonal
 from canonical_network.utils.config import compose_experiment
+from canonical_network.utils.trust import build
 
 ZERO_FRAME = 1e-6  # gram_schmidt's default eps
 
 
 def test_split(cfg) -> tuple[torch.Tensor, ...]:
-    data = hydra.utils.instantiate(cfg.data)
+    data = build(cfg.data)
     data.setup("test")
     return data.splits["test"].tensors
 
@@ -78,12 +78,12 @@ def main() -> None:
                                   f"paths.data_dir={args.data_root}"])
         data = data or [t.to(dtype) for t in test_split(cfg)]
         torch.manual_seed(0)
-        canonicalizer = hydra.utils.instantiate(cfg.canonicalization).to(dtype).eval()
+        canonicalizer = build(cfg.canonicalization).to(dtype).eval()
         rows.append((f"untrained, features={features}", frame_scale(canonicalizer, *data[:3]), None))
     for path in args.checkpoint:
         cfg = compose_evaluation(path, [f"paths.data_dir={args.data_root}"])
         data = data or [t.to(dtype) for t in test_split(cfg)]
-        model = hydra.utils.instantiate(cfg.model)
+        model = build(cfg.model)
         model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["state_dict"])
         model = model.to(dtype).eval()
         features = cfg.canonicalization.get("features", "pvq")

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 
-import hydra
 import torch
 
 from canonical_network.canonicalization.base import CanonicalizedModel
 from canonical_network.evaluate import compose_evaluation
 from canonical_network.groups.euclidean import random_orthogonal
 from canonical_network.utils.config import compose_experiment
+from canonical_network.utils.trust import build
 
 
 def mse(model, loc, vel, charges, target) -> float:
@@ -43,7 +43,7 @@ def main() -> None:
     torch.set_num_threads(1)
 
     frozen = compose_experiment(["experiment=nbody/cn_gnn_frozen", f"paths.data_dir={args.data_root}"])
-    data = hydra.utils.instantiate(frozen.data)
+    data = build(frozen.data)
     data.setup("test")
     loc, vel, charges, target = data.splits["test"].tensors
     generator = torch.Generator().manual_seed(args.seed)
@@ -57,7 +57,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for path in args.checkpoints:
         cfg = compose_evaluation(path, [f"paths.data_dir={args.data_root}"])
-        task = hydra.utils.instantiate(cfg.model)
+        task = build(cfg.model)
         task.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["state_dict"])
         predictor = task.network.predictor.eval()
         plain = task.network.eval()
@@ -66,7 +66,7 @@ def main() -> None:
             return model(loc_ @ q, vel_ @ q, charges_) @ q.transpose(1, 2)
 
         torch.manual_seed(args.seed)
-        canonicalizer = hydra.utils.instantiate(frozen.canonicalization)
+        canonicalizer = build(frozen.canonicalization)
         wrapped = CanonicalizedModel(canonicalizer, predictor).eval()
         wrapped64 = CanonicalizedModel(canonicalizer, predictor).double().eval()
         x64 = (loc.double(), vel.double(), charges.double())

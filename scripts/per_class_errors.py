@@ -21,10 +21,10 @@ import torch
 
 
 def per_class(ckpt: str, data_overrides: list[str]) -> dict:
-    import hydra
     from omegaconf import OmegaConf
 
     from canonical_network.utils.checkpoints import load_checkpoint, model_from_checkpoint, require_run_config
+    from canonical_network.utils.trust import build
 
     bad = [o for o in data_overrides if not o.startswith("data.")]
     if bad:
@@ -32,7 +32,7 @@ def per_class(ckpt: str, data_overrides: list[str]) -> dict:
     model = model_from_checkpoint(ckpt)
     config = OmegaConf.create(require_run_config(load_checkpoint(ckpt), ckpt))
     config = OmegaConf.merge(config, OmegaConf.from_dotlist(data_overrides))
-    datamodule = hydra.utils.instantiate(config.data)
+    datamodule = build(config.data)
     datamodule.setup("test")
     labels, predictions, identity = [], [], []
     with torch.no_grad():

@@ -3,8 +3,9 @@
     python scripts/plot_canonicalized.py --runs p4=outputs/runs/.../rotmnist-cn_p4 p64=... pca=... \
         [--digit 7] [--num-images 90] [--out outputs/figures/canonicalized_7.png] [--wandb]
 
-Each ``--runs`` entry is ``label=<run folder>``: the folder's ``.hydra/config.yaml`` rebuilds the model and its
-best checkpoint (else ``last.ckpt``) gives the weights. The first panel shows the original (rotated) digits,
+Each ``--runs`` entry is ``label=<run folder>``: its best checkpoint (else ``last.ckpt``) rebuilds the model and
+its test data from the run config it carries, through the trust boundary (``canonical_network/utils/trust.py``);
+the folder's ``.hydra/`` files are a record for people and are never built from. The first panel shows the original (rotated) digits,
 then one panel per run with the same digits mapped to their canonical pose. A good canonicalizer puts
 similar-looking digits in one orientation.
 """
@@ -15,39 +16,41 @@ import argparse
 import sys
 from pathlib import Path
 
-import hydra
 import torch
 from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from canonical_network.utils.checkpoints import check_targets, load_checkpoint  # noqa: E402
+from canonical_network.evaluate import data_for_this_machine  # noqa: E402
+from canonical_network.utils.checkpoints import model_from_checkpoint  # noqa: E402
 from canonical_network.utils.config import PROJECT_ROOT  # noqa: E402  (registers the config resolvers)
+from canonical_network.utils.trust import build, inside  # noqa: E402
 
 
 def load_run(run_dir: Path):
-    """(model in eval mode, composed config) of a finished run folder."""
-    config_path = run_dir / ".hydra" / "config.yaml"
-    if not config_path.is_file():
-        raise SystemExit(f"{run_dir} is not a run folder: {config_path} is missing")
-    cfg = OmegaConf.load(config_path)
-    checkpoints = sorted((run_dir / "checkpoints").glob("epoch_*.ckpt")) or [run_dir / "checkpoints" / "last.ckpt"]
+    """(model in eval mode, its data config) of a finished run folder, from its checkpoint alone."""
+    folder = run_dir / "checkpoints"
+    if not folder.is_dir():
+        raise SystemExit(f"plot_canonicalized.py: error: {run_dir} is not a run folder: it has no checkpoints/")
+    checkpoints = sorted(folder.glob("epoch_*.ckpt")) or [folder / "last.ckpt"]
     if not checkpoints[-1].is_file():
-        raise SystemExit(f"{run_dir} has no checkpoint under checkpoints/")
-    try:  # the folder's files are data: its config may build only the package's components, its checkpoint
-        # is read weights-only (neither runs code from the folder)
-        check_targets(OmegaConf.to_container(cfg.model, resolve=True), config_path)
-        state = load_checkpoint(checkpoints[-1])["state_dict"]
+        raise SystemExit(f"plot_canonicalized.py: error: {run_dir} has no checkpoint under checkpoints/")
+    if not inside(checkpoints[-1], run_dir):  # a link that leaves the run: another file than the run's own
+        raise SystemExit(f"plot_canonicalized.py: error: {checkpoints[-1]} resolves outside its run folder {run_dir} "
+                         f"(to {checkpoints[-1].resolve()}): refused")
+    try:  # weights only, and the config it carries through the trust boundary: nothing in the folder runs
+        model = model_from_checkpoint(checkpoints[-1])
+        stored = model.run_config
+        data = data_for_this_machine(stored.get("data"), stored.get("paths"))
     except ValueError as error:
         raise SystemExit(f"plot_canonicalized.py: error: {error}") from None
-    model = hydra.utils.instantiate(cfg.model)
-    model.load_state_dict(state)
-    return model.eval(), cfg
+    cfg = OmegaConf.create({"paths": {"data_dir": str(PROJECT_ROOT / "data")}, "data": data})
+    return model, cfg
 
 
 def test_digits(cfg, digit: int, num_images: int) -> torch.Tensor:
     """``num_images`` test images of class ``digit``, one view per digit, from the run's data config."""
-    datamodule = hydra.utils.instantiate(cfg.data)
+    datamodule = build(cfg.data, "data")
     datamodule.setup("test")
     images, labels = datamodule.splits["test"].tensors
     views = int(cfg.data.get("eval_rotations", 1) or 1)

@@ -161,14 +161,14 @@ def row_overrides(row: str, overrides: tuple[str, ...] = ()) -> list[str]:
 def time_row(row: str, overrides: tuple[str, ...], device: str, warmup: int, train_steps: int,
              val_steps: int) -> dict:
     """Median seconds per training step and per evaluation batch of one row, and its batch size."""
-    import hydra
     from lightning import Trainer
 
     from canonical_network.utils.config import compose_experiment
+    from canonical_network.utils.trust import build
 
     cfg = compose_experiment(row_overrides(row, overrides))
-    datamodule = hydra.utils.instantiate(cfg.data)
-    model = hydra.utils.instantiate(cfg.model)
+    datamodule = build(cfg.data)
+    model = build(cfg.model)
     # On a CPU the process's CPU time (one thread: the wall time of a quiet machine, and nearly blind to other
     # processes sharing the cores); on a GPU the wall time between synchronisations
     timer = _timing_callback(warmup, time.perf_counter if device == "cuda" else time.process_time)

@@ -120,9 +120,9 @@ def data_config(overrides: tuple[str, ...] | list[str]) -> dict:
 
 def split_arrays(data_cfg: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The training and test clouds and labels of a ``data`` config (:func:`data_config`), as its runs see them."""
-    import hydra
+    from canonical_network.utils.trust import build
 
-    data = hydra.utils.instantiate(data_cfg)
+    data = build(data_cfg)
     data.setup("fit")
     data.setup("test")
     out = {}

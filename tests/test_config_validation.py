@@ -47,14 +47,16 @@ def test_unbounded_epochs_only_when_asked():
 
 def test_pretrained_canonicalizer_from_another_family_is_refused(tmp_path):
     source = tmp_path / "nbody_run"
-    (source / ".hydra").mkdir(parents=True)
-    (source / ".hydra" / "config.yaml").write_text(
-        "data:\n  _target_: canonical_network.data.nbody.NBodyDataModule\n")
-    (source / "checkpoints").mkdir()
-    torch.save({"state_dict": {}}, source / "checkpoints" / "last.ckpt")
+    (source / "checkpoints").mkdir(parents=True)
+    stored = {"data": {"_target_": "canonical_network.data.nbody.NBodyDataModule"}}
+    torch.save({"state_dict": {}, "canonical_network": {"version": 1, "config": stored}},
+               source / "checkpoints" / "last.ckpt")
     cfg = compose_config(["experiment=rotmnist/cn_pretrained",
                           f"canonicalization.checkpoint={source / 'checkpoints' / 'last.ckpt'}"])
     with pytest.raises(ConfigError, match="comes from a run on NBodyDataModule, not on data like this run's"):
+        validate_run_config(cfg)
+    torch.save({"state_dict": {}}, source / "checkpoints" / "last.ckpt")  # no run config: refused, not guessed
+    with pytest.raises(ConfigError, match="carries no run config"):
         validate_run_config(cfg)
 
 

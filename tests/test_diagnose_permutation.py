@@ -55,7 +55,7 @@ class FlatParticleMLP(nn.Module):
 
 def nbody_overrides(nbody_dir, canonicalization: str) -> list[str]:
     return ["experiment=nbody/gnn", f"canonicalization={canonicalization}", *NBODY, f"data.data_dir={nbody_dir}",
-            f"prediction._target_={__name__}.FlatParticleMLP"]
+            f"prediction._target_={__name__}.FlatParticleMLP", f"trusted_targets=[{__name__}.FlatParticleMLP]"]
 
 
 @pytest.fixture(scope="module")

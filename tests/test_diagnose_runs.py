@@ -149,7 +149,9 @@ def test_a_run_another_process_diagnoses_is_left_to_it(tmp_path, monkeypatch):
     (run / "checkpoints" / "epoch_028.ckpt").write_bytes(b"")
     calls = []
     monkeypatch.setattr(diagnose_runs.subprocess, "call", _fake_diagnose(calls, {"format": DIAGNOSIS_FORMAT}))
-    with hold_lock(run / diagnose_runs.CLAIM):
+    claim = diagnose_runs.claim_path(src, run)
+    claim.parent.mkdir(parents=True)
+    with hold_lock(claim):
         assert diagnose_runs.main([str(src), "--match", "*/*/*/seed*"]) == 0
     assert calls == []
     assert diagnose_runs.main([str(src), "--match", "*/*/*/seed*"]) == 0

@@ -8,31 +8,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hydra
 from omegaconf import OmegaConf
 
 from canonical_network.canonicalization.base import Canonicalizer
-from canonical_network.utils.checkpoints import check_targets, load_checkpoint, stored_run_config
+from canonical_network.utils.checkpoints import CheckpointWithoutConfig, load_checkpoint, require_run_config
+from canonical_network.utils.trust import build
 
 PREFIX = "network.canonicalizer."
 
 
 def _run_config(path: Path, checkpoint: dict):
     """The composed config of the run that wrote the checkpoint: the one it carries
-    (canonical_network/utils/checkpoints.py), else, for a checkpoint written before checkpoints carried
-    their config, the one Hydra saved beside the run: <run dir>/.hydra/config.yaml."""
-    stored = stored_run_config(checkpoint, path)
-    if stored is not None:
-        return OmegaConf.create(stored)
-    for parent in path.resolve().parents:
-        config = parent / ".hydra" / "config.yaml"
-        if config.is_file():
-            return OmegaConf.load(config)
-    raise FileNotFoundError(
-        f"canonicalization.checkpoint={str(path)!r}: the checkpoint carries no run config and there is no "
-        ".hydra/config.yaml in any folder above it, so the canonicalizer's architecture is unknown. Point to a "
-        "checkpoint inside a canonical_network run folder."
-    )
+    (canonical_network/utils/checkpoints.py), through the trust boundary. A run folder's ``.hydra/config.yaml`` is
+    never read for it: Hydra writes it unresolved (interpolations, resolvers), and it is a record for people, not
+    a config to build from."""
+    return OmegaConf.create(require_run_config(checkpoint, path))
 
 
 def from_checkpoint(checkpoint: str | None, freeze: bool = True, prior_weight: float = 0.0,
@@ -59,15 +49,17 @@ def from_checkpoint(checkpoint: str | None, freeze: bool = True, prior_weight: f
         checkpoint_dict = load_checkpoint(path)
     except ValueError as error:
         raise ValueError(f"canonicalization.checkpoint: {error}") from None
-    canon_cfg = _run_config(path, checkpoint_dict).canonicalization
-    # the config comes from the file (or its run folder): it may build only the package's canonicalizers
-    check_targets(OmegaConf.to_container(canon_cfg, resolve=True), f"{path} (its canonicalization)")
+    try:
+        canon_cfg = _run_config(path, checkpoint_dict).canonicalization
+    except CheckpointWithoutConfig as error:
+        raise ValueError(f"canonicalization.checkpoint: {error}") from None
     canon_cfg.freeze = freeze  # checked by the Canonicalizer base class
     canon_cfg.prior_weight = prior_weight  # checked by the Canonicalizer base class
     for key, value in (("symmetrization", symmetrization), ("frame_size", frame_size),
                        ("frame_temperature", frame_temperature), ("frame_weights", frame_weights)):
         canon_cfg[key] = value  # checked by the Canonicalizer base class too
-    canonicalizer = hydra.utils.instantiate(canon_cfg)
+    # the config comes from the file: it may build only the package's canonicalizers (the trust boundary)
+    canonicalizer = build(canon_cfg, f"{path} (its canonicalization)")
     state = checkpoint_dict["state_dict"]
     weights = {k[len(PREFIX):]: v for k, v in state.items() if k.startswith(PREFIX)}
     if not weights or not canonicalizer.state_dict():

@@ -20,7 +20,6 @@ canonicalizer is the identity, since it adds no weights (:func:`training_free_ch
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import tempfile
@@ -28,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
 from canonical_network.utils.checks import ConfigError
+from canonical_network.utils.trust import build, granted, locate, plain_config
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
@@ -130,72 +129,6 @@ TRAINING_FREE_CANONICALIZATIONS = {"tta": "canonical_network.canonicalization.te
 IDENTITY_CANONICALIZER = "canonical_network.canonicalization.identity.IdentityCanonicalizer"
 
 
-# --- what a config read from disk may build ------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=1)
-def known_targets() -> frozenset[str]:
-    """Every ``_target_`` that the package's own configs name (``configs/**/*.yaml``): its components, the
-    torch optimisers and schedulers, Lightning's trainer and callbacks, the launchers.
-
-    A config read from disk (the run config a checkpoint carries, a run folder's ``.hydra/config.yaml``) is
-    data, not code: :func:`check_targets` lets it build these and nothing else, since ``hydra.utils.instantiate``
-    calls whatever a ``_target_`` names (``torch.load`` of another file, ``os.system``...).
-    """
-    from canonical_network.utils.config import CONFIG_DIR
-
-    found: set[str] = set()
-
-    def collect(node: Any) -> None:
-        if isinstance(node, dict):
-            target = node.get("_target_")
-            if isinstance(target, str) and "${" not in target:
-                found.add(target)
-            for value in node.values():
-                collect(value)
-        elif isinstance(node, list):
-            for value in node:
-                collect(value)
-
-    for path in sorted(CONFIG_DIR.rglob("*.yaml")):
-        with open(path) as handle:
-            collect(yaml.safe_load(handle))
-    return frozenset(found)
-
-
-def _targets(node: Any, key: str):
-    """``(dotted key, target)`` of every ``_target_`` in a plain (resolved) config tree."""
-    if isinstance(node, dict):
-        if "_target_" in node:
-            yield f"{key}._target_" if key else "_target_", node["_target_"]
-        for name, value in node.items():
-            yield from _targets(value, f"{key}.{name}" if key else str(name))
-    elif isinstance(node, (list, tuple)):
-        for index, value in enumerate(node):
-            yield from _targets(value, f"{key}[{index}]")
-
-
-def check_targets(config: Any, source: str | os.PathLike, trusted: tuple[str, ...] | list[str] = ()) -> None:
-    """Refuse a config read from ``source`` that would build anything but :func:`known_targets` (or a
-    ``trusted`` one, which the user names on the command line for a component of their own).
-
-    Raises :class:`~canonical_network.utils.checks.ConfigError` naming the first such key and its target.
-    """
-    # what instantiate would see: a plain tree is resolved too (an interpolation such as ``${oc.create:...}``
-    # can hold a ``_target_`` that only appears once resolved)
-    config = OmegaConf.to_container(config if isinstance(config, DictConfig) else OmegaConf.create(config),
-                                    resolve=True)
-    allowed = known_targets() | set(trusted)
-    for key, target in _targets(config, ""):
-        if not isinstance(target, str) or target not in allowed:
-            raise ConfigError(
-                f"{source}: refused to build {key}={target!r}: a config read from disk may only build the "
-                "components of canonical_network's own configs (configs/), so that loading a file never runs "
-                "code from it. If it is a component of your own code (not something that came with a file you "
-                f"were sent), allow it by name: trusted_targets=[{target}]"
-            )
-
-
 class CheckpointWithoutConfig(ValueError):
     """A checkpoint that carries no run config (written before checkpoints did, or not by canonical_network)."""
 
@@ -218,7 +151,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def stored_run_config(checkpoint: dict[str, Any], path: str | os.PathLike = "<checkpoint>") -> dict[str, Any] | None:
-    """The resolved run config a loaded checkpoint carries, or ``None`` when it carries none."""
+    """The resolved run config a loaded checkpoint carries, or ``None`` when it carries none. It is data read from
+    a file: it passes the trust boundary (:func:`~canonical_network.utils.trust.plain_config`: plain values, no key
+    Hydra composes, no interpolation, only the package's components and those the user trusts) or is refused."""
     entry = checkpoint.get(RUN_CONFIG_KEY)
     if entry is None:
         return None
@@ -228,37 +163,7 @@ def stored_run_config(checkpoint: dict[str, Any], path: str | os.PathLike = "<ch
             f"{path}: its {RUN_CONFIG_KEY!r} entry has version {version!r}; this canonical_network reads versions "
             f"up to {RUN_CONFIG_VERSION}: update canonical_network to read it"
         )
-    check_resolved(entry["config"], path)
-    return entry["config"]
-
-
-def _interpolations(node: Any, key: str):
-    """``(dotted key, value)`` of every string in a plain config tree that OmegaConf would interpolate."""
-    if isinstance(node, dict):
-        for name, value in node.items():
-            yield from _interpolations(value, f"{key}.{name}" if key else str(name))
-    elif isinstance(node, (list, tuple)):
-        for index, value in enumerate(node):
-            yield from _interpolations(value, f"{key}[{index}]")
-    elif isinstance(node, str) and "${" in node:
-        yield key, node
-
-
-def check_resolved(config: dict[str, Any], source: str | os.PathLike) -> None:
-    """Refuse a run config read from a checkpoint that holds an interpolation (``${...}``).
-
-    Runs store their config resolved (:data:`RUN_CONFIG_KEY`), so a checkpoint written by
-    ``canonical_network.train`` holds none; one that does was written by something else, and an interpolation
-    is evaluated when the config is used (``${oc.create:...}`` can even produce a ``_target_`` that
-    :func:`check_targets` would not see in the file), so it is refused here, before anything reads it.
-    """
-    for key, value in _interpolations(config, ""):
-        shown = value if len(value) <= 80 else value[:77] + "..."
-        raise ValueError(
-            f"{source}: its run config holds an interpolation at {key}={shown!r}; canonical_network stores run "
-            "configs resolved, so this checkpoint was not written by canonical_network.train and is refused "
-            "(a config read from disk may not compute anything)"
-        )
+    return plain_config(entry["config"], path)
 
 
 def require_run_config(checkpoint: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
@@ -286,12 +191,10 @@ def run_config_from_checkpoint(path: str | os.PathLike) -> DictConfig:
 
 def evaluation_options(model_config: Any) -> tuple[str, ...]:
     """The ``model`` keys an evaluation may change for the task of ``model_config`` (its ``_target_``)."""
-    import hydra
-
     target = model_config.get("_target_") if model_config is not None else None
     try:
-        task = hydra.utils.get_class(str(target))
-    except Exception:
+        task = locate(target, "the run config's model")
+    except Exception:  # refused, or it does not import: no evaluation option is allowed
         return ()
     return tuple(getattr(task, "evaluation_options", ()))
 
@@ -453,7 +356,8 @@ def check_architecture_unchanged(stored: dict[str, Any], config: Any) -> None:
 #: differ between machines and after a parked run is restored), the epoch budget and early stopping (a run is
 #: continued to a longer budget), what is logged and shown, the accelerator (a run moves between a GPU and a CPU
 #: machine; ``trainer.devices`` and ``trainer.num_nodes`` are not here: they change the global batch under DDP),
-#: the loader's worker count, and the command's own switches. Shell-style patterns over dotted keys.
+#: the loader's worker count, the command's own switches, and the components the user trusts (which build nothing
+#: by being named). Shell-style patterns over dotted keys.
 RESUME_NEUTRAL_KEYS = (
     "paths", "paths.*", "data.data_dir", "data.num_workers", "data.generate_if_missing",
     "logger", "logger.*", "callbacks.rich_progress_bar", "callbacks.rich_progress_bar.*",
@@ -461,7 +365,7 @@ RESUME_NEUTRAL_KEYS = (
     "trainer.max_epochs", "trainer.min_epochs", "trainer.accelerator", "trainer.enable_progress_bar",
     "trainer.log_every_n_steps", "trainer.num_sanity_val_steps",
     "ckpt_path", "resume", "resume_with_changes", "skip_finished", "test", "test_ckpt", "allow_unbounded_epochs",
-    "compile", "tags",
+    "compile", "tags", "trusted_targets",
 )
 
 
@@ -579,17 +483,19 @@ def model_from_checkpoint(path: str | os.PathLike, overrides: list[str] | tuple[
     ``overrides`` applied (``key=value`` dotted keys, e.g. ``["model.orbit_rotations=8"]``; only the task's
     evaluation options may change the model, see :func:`refused_override`), then the weights (strict;
     pretrained weights the run started from are not read again: :func:`without_pretrained_weights`). The
-    stored config may build only the package's own components (:func:`check_targets`), plus
-    ``trusted_targets``, those of your own code that you name. E.g.::
+    stored config may build only the package's own components (``utils/trust.py``), plus ``trusted_targets``,
+    those of your own code that you name. E.g.::
 
         model = model_from_checkpoint("outputs/runs/<date>/<time>_rotmnist-cn_p4/checkpoints/last.ckpt")
         logits = model(images)  # (B, 1, 28, 28) -> (B, 10)
     """
-    import hydra
+    with granted(trusted_targets):
+        return _model_from_checkpoint(path, overrides)
 
+
+def _model_from_checkpoint(path: str | os.PathLike, overrides: list[str] | tuple[str, ...]) -> torch.nn.Module:
     checkpoint = load_checkpoint(path)
     stored = require_run_config(checkpoint, path)
-    check_targets(stored, path, trusted_targets)
     check_overrides(overrides, stored)
     overrides = list(overrides)
     config = OmegaConf.create(stored)
@@ -603,7 +509,8 @@ def model_from_checkpoint(path: str | os.PathLike, overrides: list[str] | tuple[
     use_training_free_canonicalizer(config)
     use_symmetrization(config)
     check_architecture_unchanged(stored, config)
-    model = hydra.utils.instantiate(without_pretrained_weights(config.model))  # its weights: the checkpoint's
+    # its weights: the checkpoint's
+    model = build(without_pretrained_weights(config.model), f"{path} (its model)")
     load_weights(model, checkpoint, path)
     model.run_config = OmegaConf.to_container(config, resolve=True)
     return model.eval()

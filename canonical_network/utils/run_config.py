@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from canonical_network.data.catalog import all_data_facts, data_facts, data_for_task
-from canonical_network.utils.checkpoints import load_checkpoint, stored_run_config
+from canonical_network.utils.checkpoints import load_checkpoint, require_run_config
 from canonical_network.utils.checks import (
     ConfigError,
     check_bool,
@@ -25,6 +25,7 @@ from canonical_network.utils.checks import (
     check_number,
     check_positive,
 )
+from canonical_network.utils.trust import locate
 
 #: The command's own switches (configs/train.yaml): a quoted "false" would read as true.
 RUN_SWITCHES = ("resume", "resume_with_changes", "skip_finished", "test", "allow_unbounded_epochs", "compile")
@@ -113,9 +114,7 @@ def _component_tasks(target: Any) -> tuple[str, ...] | None:
     """The tasks the component ``target`` (a ``_target_``) serves: its class's ``tasks``. ``None`` (any task)
     without one, or for a target that does not import (it fails with its own message when built)."""
     try:
-        from hydra.utils import get_object
-
-        tasks = getattr(get_object(str(target)), "tasks", None)
+        tasks = getattr(locate(str(target)), "tasks", None)
     except Exception:
         return None
     return None if tasks is None else tuple(tasks)
@@ -125,9 +124,7 @@ def _task_names(target: Any) -> set[str]:
     """The class names a task ``target`` answers to: its own and its bases' (a subclass of a project task is that
     task to its components); the last part of the target when it does not import."""
     try:
-        from hydra.utils import get_object
-
-        return {cls.__name__ for cls in inspect.getmro(get_object(str(target)))}
+        return {cls.__name__ for cls in inspect.getmro(locate(str(target)))}
     except Exception:
         return {_short(target)}
 
@@ -222,9 +219,7 @@ def check_group_keys(cfg: Any, group: str) -> None:
     if not node or not isinstance(node.get("_target_"), str):
         return
     try:
-        from hydra.utils import get_object
-
-        target = get_object(node["_target_"])
+        target = locate(node["_target_"], group)
         if inspect.isclass(target):  # the constructor's own arguments, and those a metaclass takes on top
             parameters = [*list(inspect.signature(target.__init__).parameters.values())[1:],
                           *(p for p in inspect.signature(type(target).__call__).parameters.values()
@@ -251,17 +246,11 @@ def _check_pretrained_source(checkpoint: str, data: str) -> None:
     path = Path(checkpoint)
     if not path.is_file():
         raise ConfigError(f"canonicalization.checkpoint={checkpoint!r} does not exist")
-    # the run config the checkpoint carries, else (older checkpoints) the one Hydra saved beside the run
+    # the run config the checkpoint carries, through the trust boundary (never guessed from its run folder)
     try:
-        source_config = stored_run_config(load_checkpoint(path), path)
+        source_config = require_run_config(load_checkpoint(path), path)
     except ValueError as error:
         raise ConfigError(f"canonicalization.checkpoint: {error}") from None
-    if source_config is None:
-        saved = next((p / ".hydra" / "config.yaml" for p in path.resolve().parents
-                      if (p / ".hydra" / "config.yaml").is_file()), None)
-        source_config = OmegaConf.load(saved) if saved is not None else None
-    if source_config is None:
-        return
     source = _short((source_config.get("data") or {}).get("_target_"))
     tasks = set(facts.tasks) if (facts := data_facts(data)) else set()
     source_tasks = set(facts.tasks) if (facts := data_facts(source)) else set()

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-import hydra
 from omegaconf import DictConfig
 
 from canonical_network.records import (
@@ -30,6 +29,7 @@ from canonical_network.records import (
 )
 from canonical_network.utils.checks import ConfigError
 from canonical_network.utils.config import CHECKOUT_ROOT, PROJECT_ROOT
+from canonical_network.utils.trust import build
 
 #: The lock ``train`` holds on its run folder (``train.run_folder_lock``).
 LOCK_FILE = ".run.lock"
@@ -152,7 +152,7 @@ def instantiate_loggers(cfg: DictConfig, output_dir: Path, **wandb_arguments: An
         if not logger_cfg or "_target_" not in logger_cfg:
             continue
         extra = {"id": stable_run_id(output_dir), **wandb_arguments} if name == "wandb" else {}
-        loggers.append(hydra.utils.instantiate(logger_cfg, **extra))
+        loggers.append(build(logger_cfg, f"logger.{name}", **extra))
     return loggers
 
 
@@ -163,7 +163,7 @@ def instantiate_callbacks(cfg: DictConfig) -> list:
     two together)."""
     no_bar = (cfg.get("trainer") or {}).get("enable_progress_bar") is False
     return [
-        hydra.utils.instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()
+        build(cb, f"callbacks.{name}") for name, cb in (cfg.get("callbacks") or {}).items()
         if cb and "_target_" in cb and not (no_bar and str(cb["_target_"]).endswith("ProgressBar"))
     ]
 
@@ -205,8 +205,8 @@ def build_trainer(cfg: DictConfig, output_dir: Path, callbacks: list, loggers: l
     from canonical_network.utils.slurm import check_trainer_for_slurm_tasks
 
     check_trainer_for_slurm_tasks(cfg.trainer)
-    trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir),
+    trainer = build(
+        cfg.trainer, "trainer", callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir),
         plugins=trainer_plugins(),
     )
     from lightning.pytorch.plugins.environments import SLURMEnvironment
