@@ -187,8 +187,18 @@ def read_results(path: Path | str) -> RunResults:
 
 
 def find_results(folder: Path | str) -> Iterator[Path]:
-    """Every ``results.json`` below ``folder`` (recursively), in sorted order."""
-    return iter(sorted(Path(folder).rglob(RESULTS_FILE)))
+    """Every ``results.json`` below ``folder`` (recursively), in sorted order, that is a file of its own folder: a
+    record that is a symbolic link, or lies in a folder reached through one, names a run elsewhere (its copy or
+    link would count it twice, or count a run that is not here), so it is left out with a warning."""
+    folder = Path(folder)
+    for path in sorted(folder.rglob(RESULTS_FILE)):
+        linked = next((p for p in [path, *path.parents] if p.is_symlink()
+                       and (p == path or p.is_relative_to(folder) and p != folder)), None)
+        if linked is not None:
+            print(f"warning: skipping {path}: {linked} is a symbolic link (to {linked.resolve()}); a record is read "
+                  "in the run folder that holds it", file=sys.stderr)
+            continue
+        yield path
 
 
 def tested_checkpoint(run_dir: Path | str, record: dict) -> Path | None:
@@ -197,6 +207,14 @@ def tested_checkpoint(run_dir: Path | str, record: dict) -> Path | None:
     if record.get("status") != "completed" or not record.get("checkpoint") or record["checkpoint"] == FINAL_WEIGHTS:
         return None
     checkpoint = path_from_record(record["checkpoint"], run_dir)
+    try:
+        outside = not checkpoint.resolve().is_relative_to(Path(run_dir).resolve())
+    except OSError:
+        outside = True
+    if outside:  # a record names a file of its own run; one elsewhere is another run's, or planted
+        print(f"warning: {run_dir}: its record's checkpoint {record['checkpoint']!r} resolves outside the run folder "
+              f"(to {checkpoint.resolve()}): not read", file=sys.stderr)
+        return None
     return checkpoint if checkpoint.is_file() else None
 
 
@@ -243,8 +261,13 @@ def load_runs(folder: Path, include_evaluated: bool = False) -> list[dict[str, A
     Evaluations (``"status": "evaluated"``) are training runs' checkpoints tested again, not runs of their
     own: they are skipped unless ``include_evaluated``, so that tables and reports built from a folder count
     each training run once.
+
+    A record is counted once: a second record of the same run (:func:`run_identity`: a copied folder, the same
+    experiment, seed and config run again) keeps its place in the accounting with ``"status": "duplicate"`` and
+    an ``error`` naming the first, so that no table pools it as another seed.
     """
     runs = []
+    first: dict[str, str] = {}
     for path in find_results(folder):
         try:
             record = record_from_results(read_results(path))
@@ -255,8 +278,43 @@ def load_runs(folder: Path, include_evaluated: bool = False) -> list[dict[str, A
             continue
         record["path"] = str(path)
         record["metrics"].update(diagnosed_metrics(path.parent))
+        identity = run_identity(record)
+        if identity in first:
+            record["recorded_status"] = record["status"]
+            record["status"] = DUPLICATE
+            record["error"] = (f"a second record of the run in {first[identity]} (the same experiment, seed and "
+                               "config): counted once")
+        else:
+            first[identity] = str(path.parent)
         runs.append(record)
     return runs
+
+
+#: ``status`` :func:`load_runs` gives a second record of one run (never a result)
+DUPLICATE = "duplicate"
+#: Config keys that say where and how a run executed, not what it was (:func:`run_identity` leaves them out): its
+#: folders and logging, the loader's workers and whether data may be fetched, the accelerator and compilation, the
+#: command's own switches, the checkpoint a CN(pretrained) row read (a path of its machine). Shell-style patterns.
+EXECUTION_KEYS = (
+    "paths.*", "logger", "logger.*", "callbacks.rich_progress_bar", "callbacks.rich_progress_bar.*", "hydra.*",
+    "data.data_dir", "data.root", "data.num_workers", "data.download", "data.generate_if_missing",
+    "trainer.accelerator", "trainer.enable_progress_bar", "trainer.log_every_n_steps", "compile", "matmul_precision",
+    "ckpt_path", "resume", "resume_with_changes", "skip_finished", "tags", "trusted_targets",
+    "canonicalization.checkpoint", "model.canonicalizer.checkpoint",
+)
+
+
+def run_identity(record: dict) -> str:
+    """What makes two records the same run: the experiment, the seed, the overrides that make it a variant of its
+    row (:func:`variant_of`) and the config (every ``config.*`` key of the flattened record but
+    :data:`EXECUTION_KEYS`). A copy of a run folder, or the same command run twice, has the same identity; seeds
+    are independent runs only when they differ."""
+    import fnmatch
+
+    config = {key: value for key, value in record.items() if key.startswith("config.")
+              and not any(fnmatch.fnmatchcase(key.removeprefix("config."), p) for p in EXECUTION_KEYS)}
+    return json.dumps([record.get("experiment"), record.get("seed"), list(variant_of(record)),
+                       sorted(config.items(), key=lambda kv: kv[0])], default=str)
 
 
 #: where ``scripts/diagnose_runs.py`` writes a run's (first) diagnosis, relative to its folder
@@ -359,10 +417,66 @@ def shapes_difficulty_changes(run: dict) -> list[tuple[str, Any, Any]]:
     return changes
 
 
+#: Keys of a data config that do not change which data a run sees, or are named otherwise: where it is read from
+#: and how it is loaded, the training augmentation (a row of its own: CNN (rotation aug.)), the rotation protocol
+#: (a column of the point-cloud tables; upright digits are named by :func:`dataset_of`), and the facts the data
+#: publishes (classes, channels, sizes of inputs).
+NOT_DATA_SETTINGS = ("_target_", "data_dir", "root", "num_workers", "download", "generate_if_missing", "batch_size",
+                     "augmentation", "rotation", "rotation_axis", "train_rotation", "test_rotation", "task",
+                     "num_classes", "num_categories", "num_parts", "category_parts", "in_channels", "image_size")
+#: Settings that move examples between the training, validation and test splits of one set of digits: a run with
+#: one is a variant of its row (its override is never neutral), tested on another split, which the report
+#: compares only with the same variant on the other side of a claim (``report.changes_split``); named there.
+SPLIT_SETTINGS = ("train_per_class", "val_per_class")
+
+
+@functools.cache
+def _data_defaults() -> dict[str, tuple[tuple[str, Any], ...]]:
+    """Data module class name -> ``(key, default)`` of its ``configs/data`` file's settings (plain YAML; a value
+    that is an interpolation or missing is left out)."""
+    import yaml
+
+    from canonical_network.utils.config import CONFIG_DIR
+
+    found: dict[str, tuple[tuple[str, Any], ...]] = {}
+    for path in sorted((CONFIG_DIR / "data").glob("*.yaml")):
+        data = (yaml.safe_load(path.read_text()) or {}).get("data")
+        if not isinstance(data, dict) or not isinstance(data.get("_target_"), str):
+            continue
+        short = data["_target_"].rsplit(".", 1)[-1]
+        found.setdefault(short, tuple((key, value) for key, value in data.items()
+                                      if key not in NOT_DATA_SETTINGS and key not in SPLIT_SETTINGS
+                                      and not (isinstance(value, str) and ("${" in value or value == "???"))))
+    return found
+
+
+def data_setting_changes(run: dict) -> list[tuple[str, Any, Any]]:
+    """``(key, default, recorded)`` for each setting of the run's data (sizes, seeds, frames, ...: every key of its
+    ``configs/data`` file but :data:`NOT_DATA_SETTINGS` and :data:`SPLIT_SETTINGS`) that its record holds at another value than the file's
+    default. Such a run saw other data: :func:`dataset_of` names the setting, so it is never pooled with the
+    default's runs, in any family."""
+    short = str(run.get("config.data._target_") or "").rsplit(".", 1)[-1]
+    changes = []
+    for key, default in _data_defaults().get(short, ()):
+        recorded = run.get(f"config.data.{key}", default)
+        same = recorded == default or (isinstance(recorded, (int, float)) and isinstance(default, (int, float))
+                                       and not isinstance(recorded, bool) and float(recorded) == float(default))
+        if not same:
+            changes.append((key, default, recorded))
+    return changes
+
+
+def _setting(key: str, value: Any) -> str:
+    return f"{key} {value:,}" if isinstance(value, int) and not isinstance(value, bool) else \
+        f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
+
+
 def dataset_of(run: dict) -> tuple[str, bool]:
     """``(name, comparable)``: the run's data set and whether the paper's numbers were measured on it.
 
-    A record without a data config (older or hand-made records) is "data not recorded" and compared.
+    Every data setting away from its ``configs/data`` default (:func:`data_setting_changes`: a training-set size, a
+    data seed, ...) is part of the name, so runs on other data are never pooled. A record without a data config
+    (older or hand-made records) is "data not recorded" and compared.
     """
     target = str(run.get("config.data._target_") or "")
     if not target:
@@ -380,6 +494,12 @@ def dataset_of(run: dict) -> tuple[str, bool]:
         knobs = [f"{key} {recorded:g}" if isinstance(recorded, (int, float)) else f"{key} {recorded}"
                  for key, _, recorded in shapes_difficulty_changes(run)]
         name = ", ".join([name, *sizes, *sorted(knobs)])
+        named = {"num_points", "num_train", *(key.removeprefix("data.") for key in SHAPES_DIFFICULTY_KEYS)}
+        others = [_setting(key, recorded) for key, _, recorded in data_setting_changes(run) if key not in named]
+    else:
+        others = [_setting(key, recorded) for key, _, recorded in data_setting_changes(run)]
+    if others:
+        name = ", ".join([name, *sorted(others)])
     # Upright training (adapt_mnist/*) or upright test digits: another protocol than the paper's rotated data
     upright = [what for key, what in (("train_rotation", "training"), ("test_rotation", "test"))
                if run.get(f"config.data.{key}") == "none"]
@@ -424,7 +544,7 @@ NEUTRAL_OVERRIDE_PREFIXES = (
     "data.num_workers=", "paths.", "sweep=", "matmul_precision=", "compile=",
     "data.rotation=",  # selects the column of a point-cloud table (matched through config.data.rotation)
     "data=",  # the data set: tables and reports give each data set its own table (records.dataset_of)
-    "data.num_points=", "data.num_train=",  # synthetic_shapes' size: named by dataset_of, so its own table
+    "data.num_points=", "data.num_train=",  # a data set's size: named by dataset_of (every family), its own table
     *(f"{key}=" for key in SHAPES_DIFFICULTY_KEYS),  # and its difficulty, likewise
     "data.download=",  # whether the archive may be fetched, not what is read (the files are checked either way)
     "skip_finished=",  # what a resubmitted job does with its finished folder (scripts/reproduce.sh paper-slurm)

@@ -49,6 +49,7 @@ from pathlib import Path
 from canonical_network.records import (
     COMPLETED,
     RESULTS_FILE,
+    SPLIT_SETTINGS,
     budget_of,
     budget_sort_key,
     dataset_of,
@@ -1035,7 +1036,7 @@ def _values(runs: list[dict], metric: str) -> list[float]:
 
 #: overrides that move digits between the training, validation and test splits: such a variant is tested (and
 #: validated) on other digits than its row's default, so only the claim under it on both sides compares
-SPLIT_OVERRIDES = ("data.train_per_class", "data.val_per_class")
+SPLIT_OVERRIDES = tuple(f"data.{key}" for key in SPLIT_SETTINGS)
 
 
 def changes_split(variant: tuple[str, ...]) -> bool:

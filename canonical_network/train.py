@@ -227,6 +227,25 @@ def refuse_finished(output_dir: Path) -> None:
         )
 
 
+#: What a run writes into its folder: each must be the folder's own (no symbolic link that leads elsewhere).
+RUN_FOLDER_ENTRIES = (RESULTS_FILE, "checkpoints", "csv", HYDRA_RECORD_DIR, ATTEMPTS_DIR, "train.log", "canonicalized")
+
+
+def refuse_linked_entries(output_dir: Path) -> None:
+    """Raise :class:`ConfigError` when an entry a run writes into its folder (:data:`RUN_FOLDER_ENTRIES`) is a
+    symbolic link, or resolves outside the folder: a linked ``checkpoints/`` made a resumed run write its
+    checkpoints (and read its ``last.ckpt``) elsewhere. A run writes only inside its own folder."""
+    from canonical_network.utils.trust import inside
+
+    for name in RUN_FOLDER_ENTRIES:
+        entry = output_dir / name
+        if entry.is_symlink() or (entry.exists() and not inside(entry, output_dir)):
+            raise ConfigError(
+                f"run folder {output_dir}: {name} is a symbolic link to {entry.resolve()}; a run reads and writes "
+                "only inside its own folder. Replace the link with the folder's own files (or start the run in a "
+                "new folder)")
+
+
 def set_aside_previous_run(output_dir: Path) -> Path | None:
     """``resume=false`` in a folder an unfinished run used: move its files (checkpoints, logs, figures, a failure
     record) to ``superseded/<UTC time>/`` so the new run starts clean and the old one's files stay readable;
@@ -287,6 +306,7 @@ def _admit(cfg: DictConfig) -> RunResults:
                  "skip_finished" if cfg.get("skip_finished", False) else "requeued by Slurm", output_dir)
         return read_results(output_dir / RESULTS_FILE)
     refuse_finished(output_dir)
+    refuse_linked_entries(output_dir)
     check_resumed_config(cfg, output_dir)
     if rank_zero_only.rank != 0:
         wait_for_rank_zero(output_dir, rank_zero_only.rank)

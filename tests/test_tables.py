@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -10,10 +11,15 @@ from canonical_network import tables
 from canonical_network.records import RESULTS_FILE, read_results, write_results
 
 
-def write_result(folder, name, experiment, metrics, status="completed", config=None, error=None):
+_SEEDS = itertools.count()
+
+
+def write_result(folder, name, experiment, metrics, status="completed", config=None, error=None, seed=None):
+    """A record; each of its own seed unless given (records of one seed and config are one run, counted once)."""
     folder = folder / name
     folder.mkdir(parents=True)
-    record = {"experiment": experiment, "status": status, "seed": 0, "metrics": metrics, "config": config or {}}
+    seed = next(_SEEDS) if seed is None else seed
+    record = {"experiment": experiment, "status": status, "seed": seed, "metrics": metrics, "config": config or {}}
     if error:
         record["error"] = error
     write_results(folder, record)
@@ -167,7 +173,8 @@ def test_runs_pool_only_when_they_differ_by_the_seed(tmp_path):
     def result(name, error, overrides):
         folder = tmp_path / name
         folder.mkdir()
-        write_results(folder, {"experiment": "rotmnist/cnn", "status": "completed", "seed": 0, "metrics":
+        seed = int(next((o.split("=")[1] for o in overrides if o.startswith("seed=")), 0))
+        write_results(folder, {"experiment": "rotmnist/cnn", "status": "completed", "seed": seed, "metrics":
                                {"test/error": error}, "overrides": ["experiment=rotmnist/cnn", *overrides],
                                "config": {}})
 
