@@ -66,6 +66,7 @@ from canonical_network.utils.runs import (
     instantiate_loggers,
     is_multirun,
     logged_test_metrics,
+    no_test_metric,
     prepare_process,
     refuse,
     remove_unused_run_folder,
@@ -230,7 +231,10 @@ def _evaluate(cfg: DictConfig) -> RunResults:
     log.info("Evaluating %s (%s); parameters: %s", path, cfg.get("experiment_name"), param_counts)
 
     trainer.test(model, datamodule=datamodule)
-    results = run_record(cfg, config, status=EVALUATED, metrics=logged_test_metrics(trainer),
+    metrics = logged_test_metrics(trainer)
+    if not metrics:  # an empty test split: no record that looks like a result
+        raise RuntimeError(f"{path}: {no_test_metric(trainer)}; no results.json written")
+    results = run_record(cfg, config, status=EVALUATED, metrics=metrics,
                          params=param_counts, checkpoint=str(path), trainer=trainer, started=start,
                          output_dir=output_dir)
     finish(results, output_dir, trainer, loggers, log)

@@ -57,6 +57,7 @@ from canonical_network.utils.runs import (
     instantiate_loggers,
     is_multirun,
     logged_test_metrics,
+    no_test_metric,
     prepare_process,
     recover_fit_state,
     refuse,
@@ -364,6 +365,9 @@ def _run(cfg: DictConfig) -> RunResults:
         epochs = trainer.current_epoch
         if workers:  # what rank 0's callbacks and loop know, from the last.ckpt it wrote after its last epoch
             epochs = recover_fit_state(trainer, output_dir) or epochs
+        if trainer.global_step == 0 and not workers:
+            raise EmptyResult("no training step ran: the training split gave no batch (an empty training split, or "
+                              "trainer.limit_train_batches=0); an untrained model's test is not a result")
 
         best_path = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         if test_ckpt == "last":
@@ -385,6 +389,8 @@ def _run(cfg: DictConfig) -> RunResults:
                     logger.reload()
             trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, weights_only=True)
             test_metrics = logged_test_metrics(trainer)
+            if not test_metrics:
+                raise EmptyResult(no_test_metric(trainer))
 
         best_score = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
         divergence = divergence or DivergenceMonitor.test_verdict(test_metrics)
@@ -401,6 +407,11 @@ def _run(cfg: DictConfig) -> RunResults:
         )
         finish(results, output_dir, trainer, loggers, log)
         return results
+
+
+class EmptyResult(RuntimeError):
+    """A run that ran but measured nothing (an empty split): recorded as failed, with the reason, never as a
+    completed run without metrics."""
 
 
 def is_divergence(error: BaseException) -> bool:

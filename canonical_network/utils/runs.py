@@ -442,6 +442,14 @@ def refuse(command: str, error: BaseException) -> NoReturn:
     raise SystemExit(2) from None
 
 
+def no_test_metric(trainer) -> str:
+    """Why a test produced no ``test/*`` metric (an empty test split), for a failure's message."""
+    batches = getattr(trainer, "num_test_batches", None) or []
+    return (f"the test produced no test/* metric ({sum(batches) if batches else 0} test batches ran: an empty test "
+            "split, or trainer.limit_test_batches=0); a run without a test result is not a result (test=false "
+            "skips the test on purpose)")
+
+
 def is_multirun() -> bool:
     try:
         from hydra.core.hydra_config import HydraConfig
