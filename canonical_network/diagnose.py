@@ -232,13 +232,31 @@ def _log_to_loggers(cfg: DictConfig, output_dir: Path, results: dict) -> None:
         logger.finalize("success")
 
 
+def main() -> None:
+    """The command line (console script ``cn-diagnose``): experiment names and override keys are checked before
+    Hydra composes (one line and exit status 2 for a mistake, with the closest valid names)."""
+    import sys
+
+    from canonical_network.utils.config import (
+        check_experiment_names,
+        check_output_writable,
+        check_override_keys,
+    )
+
+    check_experiment_names(sys.argv[1:], "canonical_network.diagnose")
+    check_override_keys(sys.argv[1:], "diagnose", "canonical_network.diagnose")
+    check_output_writable(sys.argv[1:], "canonical_network.diagnose")
+    _main()
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="diagnose")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
+    from canonical_network.data.errors import DataFilesError
     from canonical_network.utils.runs import is_multirun, refuse
 
     try:
         results = run(cfg)
-    except ConfigError as error:
+    except (ConfigError, DataFilesError) as error:
         if is_multirun():
             raise
         refuse("canonical_network.diagnose", error)  # one line, exit status 2

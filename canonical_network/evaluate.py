@@ -243,9 +243,11 @@ def _evaluate(cfg: DictConfig) -> RunResults:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="evaluate")
 def _evaluate_main(cfg: DictConfig) -> None:
+    from canonical_network.data.errors import DataFilesError
+
     try:
         evaluate(cfg)
-    except ConfigError as error:
+    except (ConfigError, DataFilesError) as error:
         remove_unused_run_folder(Path(cfg.paths.output_dir))  # a refused evaluation leaves no folder behind
         if is_multirun():
             raise  # the job fails as a job does; the sweep reports it
@@ -277,8 +279,11 @@ def _command_line(arguments: list[str]) -> tuple[str, list[str]]:
 def main() -> None:
     """The command line (console script ``cn-evaluate``): the checkpoint's run config is read and the
     overrides are checked before Hydra composes the config and creates the run folder."""
+    from canonical_network.utils.config import check_output_writable
+
     try:
         ckpt_path, overrides = _command_line(sys.argv[1:])
+        check_output_writable(sys.argv[1:], COMMAND)
         prepare(ckpt_path, overrides)
     except (ConfigError, OSError, ValueError) as error:
         refuse(COMMAND, error)

@@ -184,8 +184,28 @@ def load_claims(path: Path | None = None, tables: dict | None = None) -> tuple[l
         missing = [k for k in ("title", "metric", "columns", "rows") if not isinstance(spec, dict) or k not in spec]
         if missing:
             raise ValueError(f"{origin}: table {name!r} lacks {', '.join(missing)} (see paper_results.json)")
+        _check_row_experiments(spec, name, origin)
     known = {**(tables if tables is not None else paper_tables()), **extra}
     return claims_from_entries(data.get("claims") or [], known, origin, default_kind), extra
+
+
+def _check_row_experiments(spec: dict, table: str, origin: str) -> None:
+    """Refuse a row of a claims file's table whose experiment (``experiment``, or ``match: {experiment: ...}``) is
+    none of ``configs/experiment/``: its cells would stay empty, silently, whatever ran."""
+    import difflib
+
+    from canonical_network.utils.config import known_experiments
+
+    known = known_experiments()
+    for row in spec.get("rows") or []:
+        if not isinstance(row, dict):
+            raise ValueError(f"{origin}: table {table!r}: a row is a mapping with name and experiment, got {row!r}")
+        named = row.get("experiment", (row.get("match") or {}).get("experiment"))
+        if isinstance(named, str) and named not in known:
+            close = difflib.get_close_matches(named, known, n=3, cutoff=0.6)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise ValueError(f"{origin}: table {table!r}, row {row.get('name')!r}: experiment={named!r} does not exist "
+                             f"(no configs/experiment/{named}.yaml).{hint}")
 
 
 CLAIMS: list[Claim] = load_claims()[0]

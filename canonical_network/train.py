@@ -484,15 +484,23 @@ def main() -> float | None:
     """The command line (console script ``cn-train``): experiment names are checked before Hydra composes."""
     import sys
 
-    from canonical_network.utils.config import check_experiment_names
+    from canonical_network.utils.config import (
+        check_experiment_names,
+        check_output_writable,
+        check_override_keys,
+    )
 
     check_experiment_names(sys.argv[1:])
+    check_override_keys(sys.argv[1:])
+    check_output_writable(sys.argv[1:], "canonical_network.train")
     return _main()
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def _main(cfg: DictConfig) -> float | None:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from canonical_network.data.errors import DataFilesError
 
     try:
         results = run(cfg)
@@ -508,6 +516,12 @@ def _main(cfg: DictConfig) -> float | None:
             write_failure(cfg, error)
             raise
         remove_unused_run_folder(Path(cfg.paths.output_dir))
+        refuse("canonical_network.train", error)
+    except DataFilesError as error:
+        # the run was admitted and could not read its data: its record says why; the command says it in one line
+        write_failure(cfg, error)
+        if is_multirun():
+            raise
         refuse("canonical_network.train", error)
     except SIGTERMException:
         # Lightning exits with status 0 on SIGTERM; a stopped run is not a finished one. No failure record:

@@ -289,8 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     try:  # before any folder is made: a typo would otherwise leave a run folder and a claim per seed
         check_experiment_names([*(f"experiment={e}" for e in args.experiments), *args.overrides],
                                command="run_protocol.py")
-    except SystemExit as error:
-        print(error, file=sys.stderr)
+    except SystemExit as error:  # the check printed its one line
+        if not isinstance(error.code, int):
+            print(error, file=sys.stderr)
         return 2
     if args.variant and not args.variant.replace("_", "").replace("-", "").replace(".", "").isalnum():
         parser.error(f"--variant must be a plain folder name (letters, digits, _ - .), got {args.variant!r}")

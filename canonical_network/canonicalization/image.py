@@ -169,6 +169,7 @@ class GCNNCanonicalizer(Canonicalizer):
         check_int("canonicalization.num_layers", num_layers, low=1, high=3)
         check_int("canonicalization.image_size", image_size, low=1)
         self.input_size = check_int("canonicalization.input_size", input_size, low=1, optional=True)
+        self.image_size = int(image_size)
         seen_size = self.input_size or image_size
         kernel_size = seen_size if kernel_size is None else kernel_size
         check_int("canonicalization.kernel_size", kernel_size, low=1, high=seen_size)
@@ -211,7 +212,10 @@ class GCNNCanonicalizer(Canonicalizer):
         from escnn import nn as enn
 
         weight = next(self.parameters(), None)
-        check_images(images, "GCNNCanonicalizer", self.in_type.size, None if weight is None else weight.dtype)
+        # built for image_size-sided inputs (its kernel spans the image) unless it resizes them (input_size)
+        check_images(images, "GCNNCanonicalizer", self.in_type.size, None if weight is None else weight.dtype,
+                     image_size=None if self.input_size is not None else self.image_size,
+                     size_key="canonicalization.image_size")
         if self.input_size is not None and images.shape[-2:] != (self.input_size, self.input_size):
             shrink = images.shape[-1] > self.input_size or images.shape[-2] > self.input_size
             images = F.interpolate(images, size=(self.input_size, self.input_size), mode="bilinear",

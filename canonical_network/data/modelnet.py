@@ -23,6 +23,7 @@ import torch
 from torch.utils.data import Dataset, TensorDataset
 
 from canonical_network.data.download import DownloadableDataModule
+from canonical_network.data.errors import MissingDataFiles
 from canonical_network.data.pointclouds import (
     PointCloudDataError,
     PointCloudDataModule,
@@ -164,7 +165,7 @@ class ModelNet40DataModule(DownloadableDataModule, PointCloudDataModule):
                 files[split] = [root / name for name in names]
                 missing += [name for name in names if not (root / name).is_file()]
         if missing:
-            raise FileNotFoundError(
+            raise MissingDataFiles(
                 f"ModelNet40 files not found in {root.resolve()}: {', '.join(missing)}. Download "
                 "modelnet40_ply_hdf5_2048.zip (PointNet, Qi et al. 2017; originally "
                 "https://shapenet.cs.stanford.edu/media/modelnet40_ply_hdf5_2048.zip) on a machine with "

@@ -30,6 +30,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from canonical_network.data.base import SplitDataModule
+from canonical_network.data.errors import DataFilesError
 from canonical_network.data.nbody_sim import ChargedSimConfig, draw_initial_conditions, resolve_dot, simulate
 from canonical_network.groups.euclidean import random_orthogonal
 from canonical_network.utils.checks import check_choice
@@ -45,7 +46,7 @@ MANIFEST_FORMAT = "canonical_network.nbody/1"
 GENERATE_COMMAND = "python -m canonical_network.data.generate_nbody"
 
 
-class NBodyDataError(RuntimeError):
+class NBodyDataError(DataFilesError, RuntimeError):
     """N-body data files are missing, corrupted, or do not match the requested dataset."""
 
 

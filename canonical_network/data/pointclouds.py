@@ -31,6 +31,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from canonical_network.data.base import SplitDataModule
+from canonical_network.data.errors import DataFilesError
 from canonical_network.data.samplers import EpochSeededRandomSampler, seeded_generator
 from canonical_network.groups.euclidean import apply_rotation, random_axis_rotations, random_rotations
 from canonical_network.utils.checks import check_choice, check_int
@@ -46,7 +47,7 @@ ROTATION_PROTOCOLS = ("z/z", "z/so3", "so3/so3") + tuple(
 ROTATION_AXES = ("x", "y", "z")
 
 
-class PointCloudDataError(ValueError):
+class PointCloudDataError(DataFilesError):
     """Point-cloud data files exist but cannot be used (unreadable, wrong layout, labels out of range)."""
 
 

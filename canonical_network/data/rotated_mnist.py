@@ -24,6 +24,7 @@ from torch.utils.data import TensorDataset
 from canonical_network.data.base import SplitDataModule
 from canonical_network.data.cache import SourceCache
 from canonical_network.data.download import DownloadableDataModule
+from canonical_network.data.errors import DataFilesError, MissingDataFiles
 from canonical_network.data.sources import data_readme
 from canonical_network.groups.image import rotate_deg
 from canonical_network.utils.checks import check_bool, check_choice, check_int
@@ -239,7 +240,7 @@ def _nth_row(path: Path, row: int) -> tuple[int, bytes]:
                 seen += 1
                 if seen == row:
                     return number, line
-    raise ValueError(f"{path}: has no row {row + 1}")
+    raise DataFilesError(f"{path}: has no row {row + 1}")
 
 
 def read_amat(path: Path, expected_rows: int | None = None) -> dict[str, np.ndarray]:
@@ -258,8 +259,8 @@ def read_amat(path: Path, expected_rows: int | None = None) -> dict[str, np.ndar
     if table is None or table.ndim != 2 or table.shape[1] != AMAT_PIXELS + 1:
         found = _first_bad_line(path)  # a field that is not a number, or a row with too many fields
         if found is None:
-            raise ValueError(f"{path}: not readable as rows of {AMAT_PIXELS + 1} numbers. {_REPLACE}")
-        raise ValueError(f"{path}, line {found[0]}: {found[1]}. {_REPLACE}")
+            raise DataFilesError(f"{path}: not readable as rows of {AMAT_PIXELS + 1} numbers. {_REPLACE}")
+        raise DataFilesError(f"{path}, line {found[0]}: {found[1]}. {_REPLACE}")
     pixels, labels = table[:, :AMAT_PIXELS], table[:, AMAT_PIXELS]
     # NaN fails every comparison, so a missing field (NaN-filled by pandas: a row cut short) fails too.
     row_ok = ((pixels >= -_PIXEL_TOLERANCE) & (pixels <= 1 + _PIXEL_TOLERANCE)).all(axis=1)
@@ -270,9 +271,9 @@ def read_amat(path: Path, expected_rows: int | None = None) -> dict[str, np.ndar
         problem = _row_problem(text.split()) or (
             "the row fails the checks (784 pixels, finite and in [0, 1], then an integer label 0..9)"
         )
-        raise ValueError(f"{path}, line {line}: {problem}. {_REPLACE}")
+        raise DataFilesError(f"{path}, line {line}: {problem}. {_REPLACE}")
     if expected_rows is not None and len(table) != expected_rows:
-        raise ValueError(
+        raise DataFilesError(
             f"{path}: {len(table):,} rows; the MNIST-rot file has {expected_rows:,}. It is cut short or not "
             f"the benchmark's file. {_REPLACE}"
         )
@@ -328,7 +329,7 @@ class RotatedMNISTDataModule(DownloadableDataModule, ImageDataModule):
     def check_files(self) -> None:
         missing = [name for name in (AMAT_TRAIN, AMAT_TEST) if not (self.data_dir / name).is_file()]
         if missing:
-            raise FileNotFoundError(
+            raise MissingDataFiles(
                 f"Rotated MNIST (MNIST-rot) files not found: {', '.join(missing)} in {self.data_dir.resolve()}. "
                 "Download mnist_rotation_new.zip (Larochelle et al. 2007) on a machine with internet access, "
                 f"unzip it and place both .amat files in {self.data_dir}/ (see {data_readme()}), or use the "

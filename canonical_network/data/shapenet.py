@@ -26,6 +26,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from canonical_network.data.cache import SourceCache
 from canonical_network.data.download import DownloadableDataModule
+from canonical_network.data.errors import MissingDataFiles
 from canonical_network.data.pointclouds import (
     PointCloudDataError,
     PointCloudDataModule,
@@ -217,9 +218,9 @@ class ShapeNetPartDataModule(DownloadableDataModule, PointCloudDataModule):
             return nested
         return self.data_dir
 
-    def _missing_error(self, root: Path, missing: list[str]) -> FileNotFoundError:
+    def _missing_error(self, root: Path, missing: list[str]) -> MissingDataFiles:
         shown = missing if len(missing) <= 10 else missing[:10] + [f"... ({len(missing) - 10} more)"]
-        return FileNotFoundError(
+        return MissingDataFiles(
             f"ShapeNet-part files not found in {root.resolve()}: {', '.join(shown)}. "
             + _HOW_TO_GET.format(data_dir=self.data_dir, readme=data_readme())
             + f" {self.download_hint()}."

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from canonical_network.data.errors import MissingDataFiles
 from canonical_network.data.rotated_mnist import ImageDataModule
 from canonical_network.utils.checks import check_bool, check_int, check_number
 
@@ -130,7 +131,7 @@ class TorchvisionImageDataModule(ImageDataModule):
             return self._read(train)
         except RuntimeError as error:  # torchvision: "Dataset not found or corrupted. You can use download=True"
             folder = self.root.resolve() / self.FOLDER
-            raise FileNotFoundError(
+            raise MissingDataFiles(
                 f"{self.NAME} not found or corrupted in {folder} (torchvision: {error}). Put torchvision's "
                 f"{self.FOLDER}/ folder under data.root={str(self.root)!r} (on a machine with internet access: "
                 f"torchvision.datasets.{type(self).__name__.removesuffix('DataModule')}(root, download=True)), "

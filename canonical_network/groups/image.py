@@ -120,17 +120,49 @@ def _autocast(images: torch.Tensor) -> bool:
         return torch.is_autocast_enabled()
 
 
-def check_images(images, who: str, in_channels: int | None = None, dtype: torch.dtype | None = None) -> None:
-    """One clear error for an input an image canonicalizer cannot take: not a non-empty ``(B, C, H, W)`` batch
-    of floating-point images, another channel count than ``in_channels``, or another dtype than its weights'
-    ``dtype`` (``who`` names the canonicalizer in the message)."""
+def _batch_advice(shape: tuple[int, ...], in_channels: int | None) -> str:
+    """What to do with an input of the wrong rank, from its shape: a single image, a batch without its channel axis,
+    one grayscale image."""
+    if len(shape) == 3:
+        single = in_channels is not None and shape[0] == in_channels or in_channels is None and shape[0] in (1, 3)
+        if single:
+            return f"a single {shape[0]}-channel image? add the batch dimension: images[None] -> {(1, *shape)}"
+        channels = in_channels or 1
+        if channels == 1:
+            return f"a batch of {shape[0]} images without their channel axis? add it: images[:, None] -> " \
+                   f"{(shape[0], 1, *shape[1:])}"
+        return f"a batch of images without their {channels} channels? give (B, {channels}, H, W)"
+    if len(shape) == 2:
+        return f"one image of {shape[0]}×{shape[1]} pixels? add batch and channel dimensions: images[None, None] " \
+               f"-> {(1, 1, *shape)}"
+    if len(shape) > 4:
+        return "more than one batch dimension? merge them: images.flatten(0, -4)"
+    return "an image batch is 4-dimensional"
+
+
+def check_images(images, who: str, in_channels: int | None = None, dtype: torch.dtype | None = None,
+                 image_size: int | None = None, size_key: str = "image_size") -> None:
+    """One clear error for an input an image component cannot take: not a non-empty ``(B, C, H, W)`` batch of
+    floating-point images (the advice says what the shape looks like: a single image, a batch without its channel
+    axis), another channel count than ``in_channels``, another side than ``image_size`` (``size_key`` names its
+    config key), or another dtype than its weights' ``dtype`` (``who`` names the component in the message)."""
     shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-    if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[0] == 0:
-        raise ValueError(f"{who} takes a batch of images of shape (B, C, H, W) with B >= 1; got {shape} "
-                         "(add a batch dimension to a single image: images[None])")
+    if not isinstance(images, torch.Tensor):
+        raise ValueError(f"{who} takes a torch.Tensor batch of images (B, C, H, W); got a {shape}")
+    if images.dim() != 4:
+        raise ValueError(f"{who} takes a batch of images of shape (B, C, H, W); got shape {shape}: "
+                         f"{_batch_advice(shape, in_channels)}")
+    if images.shape[0] == 0:
+        raise ValueError(f"{who} takes a batch of at least one image; got shape {shape}")
     if in_channels is not None and images.shape[1] != in_channels:
-        raise ValueError(f"{who} was built for {in_channels}-channel images (canonicalization.in_channels); "
+        raise ValueError(f"{who} was built for {in_channels}-channel images (in_channels={in_channels}); "
                          f"got {images.shape[1]} channels, shape {shape}")
+    if image_size is not None and tuple(images.shape[-2:]) != (image_size, image_size):
+        raise ValueError(f"{who} was built for {image_size}×{image_size} images ({size_key}={image_size}); got "
+                         f"{images.shape[-2]}×{images.shape[-1]}, shape {shape}: resize or pad the images, or build "
+                         f"it with {size_key}={images.shape[-1]}" if images.shape[-2] == images.shape[-1] else
+                         f"{who} was built for {image_size}×{image_size} images ({size_key}={image_size}); got "
+                         f"{images.shape[-2]}×{images.shape[-1]}, shape {shape}: it takes square images")
     if not images.is_floating_point():
         raise ValueError(f"{who} takes floating-point images (float32 or float64); got {images.dtype} "
                          "(e.g. images.float() / 255 for 8-bit pixels)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from canonical_network.groups.image import check_images
 from canonical_network.utils.checks import check_fraction, check_int, check_positive
 
 # (out_channels, kernel, stride, dropout) per layer, Appendix G.1: layers 1-3 have 32 channels, 4-6 have
@@ -68,6 +69,10 @@ class CNN(nn.Module):
             raise ValueError(f"prediction.image_size={image_size} is too small for the 7-layer CNN (needs ≥ 27)")
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Linear(channels * size * size, num_classes)
+        self.in_channels, self.image_size = int(in_channels), int(image_size)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        # its classifier's width is fixed by the image side: another side fails with this message, not deep in torch
+        check_images(images, "CNN", self.in_channels, self.classifier.weight.dtype, self.image_size,
+                     size_key="prediction.image_size")
         return self.classifier(self.features(images).flatten(1))

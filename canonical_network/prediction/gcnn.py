@@ -170,6 +170,9 @@ class GCNN(nn.Module):
         """(B, C, H, W) → (B, channels[-1]): max over the group per field, mean over the remaining pixels."""
         from escnn import nn as enn
 
+        from canonical_network.groups.image import check_images
+
+        check_images(images, "GCNN", self.in_type.size)  # any side: the mean below pools what remains
         features = self.group_pool(self.features(enn.GeometricTensor(images, self.in_type))).tensor
         # The map is 1×1 for 28×28 inputs; the mean keeps other sizes invariant (a flatten would not).
         return features.mean(dim=(-2, -1))

@@ -151,4 +151,109 @@ def check_experiment_names(arguments: list[str], command: str = "canonical_netwo
             else:
                 families = sorted({k.split('/')[0] for k in known})
                 message += f" Families: {', '.join(families)} (configs/experiment/<family>/<row>.yaml)."
-            raise SystemExit(f"{command}: error: {message}")
+            _refuse(command, message)
+
+
+def _dotted_keys(node, prefix: str = "") -> list[str]:
+    """Every dotted key of a plain config tree (an interpolated node is not entered: its target is listed itself)."""
+    keys = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            keys += [dotted, *_dotted_keys(value, dotted)]
+    return keys
+
+
+def _refuse(command: str, message: str):
+    import sys
+
+    print(f"{command}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_override_keys(arguments: list[str], config_name: str = "train",
+                        command: str = "canonical_network.train") -> None:
+    """Exit with one line (status 2) for a command line Hydra cannot compose because of an override: a key the
+    config does not have (``trainer.max_epoch=5``: the closest keys, and ``+`` to add an argument a component
+    takes), or a group option that does not exist (``prediction=resnet19``: the close options and the group's
+    list). Composed once beforehand (a fraction of a second); a multirun, a ``--config-dir`` or any other error is
+    left to Hydra."""
+    import difflib
+
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        args = get_args_parser().parse_args(arguments)
+        overrides = list(args.overrides or [])
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except (Exception, SystemExit):  # noqa: BLE001 - Hydra reports its own command-line errors
+        return
+    if args.multirun or args.config_dir or args.config_path or args.config_name or args.cfg or args.info \
+            or any(o.is_sweep_override() for o in parsed):
+        return
+    try:
+        compose_experiment(overrides, config_name)
+        return
+    except Exception as error:  # noqa: BLE001 - only the two cases below are rewritten
+        message = str(error)
+    if (found := re.search(r"Could not override '([^']+)'", message)) is not None:
+        key = found.group(1)
+        rest = [o for o, p in zip(overrides, parsed, strict=True) if p.key_or_group != key]
+        try:
+            known = _dotted_keys(OmegaConf.to_container(compose_experiment(rest, config_name), resolve=False))
+        except Exception:  # noqa: BLE001
+            return
+        close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        _refuse(command, f"{key} is not a key of the composed config.{hint} (To give a component an argument its "
+                         f"config does not list, add it with +{key}=<value>; it is checked against the component's "
+                         "arguments.)")
+    if (found := re.search(r"Could not find '([^']+)/([^'/]+)'", message)) is not None:
+        group, option = found.group(1), found.group(2)
+        options = re.findall(r"^\t(\S+)$", message.split("Config search path")[0], flags=re.M)
+        close = difflib.get_close_matches(option, options, n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(f'{group}={c}' for c in close)}?" if close else ""
+        _refuse(command, f"{group}={option} does not exist (no {group}/{option}.yaml).{hint} The {group} options: "
+                         f"{', '.join(options) or 'none'}")
+
+
+#: Overrides that name where a command writes: its run folder (Hydra's), or the root of its outputs.
+OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "paths.log_dir", "paths.root_dir")
+
+
+def unwritable_reason(folder: Path) -> str | None:
+    """Why ``folder`` (to be created if missing) cannot be written by this process, else ``None``: its nearest
+    existing ancestor is a file, or is not writable (permissions, a read-only file system)."""
+    existing = Path(os.path.abspath(folder))
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this user (its permissions, or a read-only file system)"
+    return None
+
+
+def check_output_writable(arguments: list[str], command: str) -> None:
+    """Exit with one line (status 2) when a command line's output folder (:data:`OUTPUT_KEYS`, else the default
+    ``outputs/`` under :data:`PROJECT_ROOT`) cannot be written, before Hydra creates it (a raw ``OSError`` and its
+    traceback otherwise)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = []
+    try:
+        for override in OverridesParser.create().parse_overrides([a for a in arguments if not a.startswith("-")]):
+            if override.key_or_group in OUTPUT_KEYS and not override.is_delete() and not override.is_sweep_override():
+                value = override.value()
+                if isinstance(value, str) and "${" not in value:
+                    given.append((override.key_or_group, Path(value)))
+    except Exception:  # noqa: BLE001 - Hydra reports a malformed override itself
+        return
+    for key, folder in given or [("paths.log_dir", PROJECT_ROOT / "outputs")]:
+        if key == "paths.root_dir":
+            folder = folder / "outputs"
+        reason = unwritable_reason(folder)
+        if reason is not None:
+            _refuse(command, f"{key}={folder}: cannot write there ({reason}); give a folder you can write, e.g. "
+                             f"{key}=<folder> (the outputs' root for one command: paths.root_dir=<folder>)")

@@ -37,7 +37,9 @@ SEED_RANGE = (0, 2**32 - 1)
 #: by name; absent or ``None``: any task), as a data module does (``data/catalog.py``).
 TASK_GROUPS = ("canonicalization", "prediction")
 #: Groups whose keys must all be arguments of their ``_target_`` (:func:`check_group_keys`).
-KEYED_GROUPS = ("canonicalization", "prediction", "data", "model")
+KEYED_GROUPS = ("canonicalization", "prediction", "data", "model", "trainer")
+#: Sections that hold components by name (``callbacks.early_stopping``, ``logger.wandb``): each entry's keys too.
+NAMED_COMPONENT_SECTIONS = ("callbacks", "logger")
 
 
 def _short(target: Any) -> str:
@@ -100,11 +102,56 @@ def validate_run_config(cfg: Any) -> None:
             f"(experiment={cfg.get('experiment_name')}); data options for it: {valid}"
         )
     check_task_components(cfg)
+    check_input_facts(cfg)
     canonicalization = cfg.get("canonicalization") or {}
     if _short(canonicalization.get("_target_")) == "from_checkpoint" and canonicalization.get("checkpoint"):
         _check_pretrained_source(str(canonicalization.checkpoint), data)
     for group in KEYED_GROUPS:
         check_group_keys(cfg, group)
+    for section in NAMED_COMPONENT_SECTIONS:
+        for name in (cfg.get(section) or {}):
+            check_group_keys(cfg, f"{section}.{name}")
+    check_top_level_keys(cfg)
+
+
+# --- components against the data's facts ------------------------------------------------------------------
+
+#: Component keys that say which inputs a component was built for, and the ``data_info`` fact each must equal.
+INPUT_FACTS = {"image_size": "image_size", "in_channels": "in_channels"}
+
+
+def check_input_facts(cfg: Any) -> None:
+    """Raise :class:`ConfigError` when a component's input size disagrees with the data's facts: an
+    ``image_size`` or ``in_channels`` of the canonicalization or prediction node (the configs take them from
+    ``data_info``, which the data config publishes) set to another value than the data gives. Such a run used to be
+    admitted and die in the first batch, deep inside torch."""
+    facts = cfg.get("data_info") or {}
+    if isinstance(facts, DictConfig):
+        facts = OmegaConf.to_container(facts, resolve=True)
+    data = _short((cfg.get("data") or {}).get("_target_"))
+    data = facts_of.config_name if (facts_of := data_facts(data)) else data
+    for group in ("canonicalization", "prediction"):
+        node = cfg.get(group)
+        if isinstance(node, DictConfig):
+            node = OmegaConf.to_container(node, resolve=True)
+        for key, value in _input_sizes(node, group):
+            fact = INPUT_FACTS[key.rsplit(".", 1)[-1]]
+            given = facts.get(fact)
+            if isinstance(given, int) and isinstance(value, int) and not isinstance(value, bool) and value != given:
+                raise ConfigError(
+                    f"{key}={value} does not match the data: data={data} gives {given} (data_info.{fact}); the "
+                    f"component would be built for inputs the data never sends. Leave {key} to the data's value, "
+                    f"or choose data whose {fact} is {value}")
+
+
+def _input_sizes(node: Any, key: str) -> Iterator[tuple[str, Any]]:
+    """``(dotted key, value)`` of every :data:`INPUT_FACTS` key in a component node and the nodes nested in it."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            if name in INPUT_FACTS:
+                yield f"{key}.{name}", value
+            elif isinstance(value, dict):
+                yield from _input_sizes(value, f"{key}.{name}")
 
 
 # --- components against the task ------------------------------------------------------------------------
@@ -207,15 +254,26 @@ def check_task_components(cfg: Any) -> None:
             )
 
 
-def check_group_keys(cfg: Any, group: str) -> None:
-    """Raise :class:`ConfigError` when ``cfg.<group>`` holds keys its ``_target_`` does not take.
+def _node(cfg: Any, dotted: str) -> Any:
+    node = cfg
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, (dict, DictConfig)) else None
+    return node
 
-    It happens when a row's experiment file sets keys for its own option of a group and the command line picks
-    another option (``experiment=rotmnist/cn_p4 canonicalization=identity``: the row's ``num_rotations`` reach
-    the identity canonicalizer). The message names the keys and how to drop them, instead of a TypeError from
-    deep inside instantiation.
+
+def check_group_keys(cfg: Any, group: str) -> None:
+    """Raise :class:`ConfigError` when ``cfg.<group>`` (a dotted key: ``trainer``, ``callbacks.early_stopping``)
+    holds keys its ``_target_`` does not take, naming the closest valid ones.
+
+    It happens when a key is mistyped (``+trainer.max_epoch=5``, ``+data.batchsize=8``) or when a row's experiment
+    file sets keys for its own option of a group and the command line picks another option
+    (``experiment=rotmnist/cn_p4 canonicalization=identity``: the row's ``num_rotations`` reach the identity
+    canonicalizer). The message names the keys, the closest arguments and how to drop them, instead of a
+    TypeError from deep inside instantiation.
     """
-    node = cfg.get(group)
+    import difflib
+
+    node = _node(cfg, group)
     if not node or not isinstance(node.get("_target_"), str):
         return
     try:
@@ -235,11 +293,70 @@ def check_group_keys(cfg: Any, group: str) -> None:
     if extra:
         option = _short(node["_target_"])
         drops = " ".join(f"~{group}.{k}" for k in extra)
+        close = sorted({m for k in extra for m in difflib.get_close_matches(str(k), sorted(accepted), n=3, cutoff=0.6)})
+        hint = f" Did you mean: {', '.join(f'{group}.{m}' for m in close)}?" if close else ""
         raise ConfigError(
-            f"{group}: {option} takes no {', '.join(extra)} (set by experiment={cfg.get('experiment_name')} for its "
-            f"own {group}, or on the command line). Drop them with: {drops} ; or choose the row made for this "
-            f"option; {option} takes: {', '.join(sorted(accepted)) or 'no arguments'}"
+            f"{group}: {option} takes no {', '.join(extra)} (a key mistyped, or set by "
+            f"experiment={cfg.get('experiment_name')} for its own {group.split('.')[0]}, or on the command line).{hint} "
+            f"Drop them with: {drops} ; or choose the row made for this option; {option} takes: "
+            f"{', '.join(sorted(accepted)) or 'no arguments'}"
         )
+
+
+@functools.cache
+def _global_keys(folder: str) -> frozenset[str]:
+    """The top-level keys a config folder can give a composed config: the keys of its entry configs (the yaml files
+    at its top), its group names, and the keys of every file placed in the global package (``# @package
+    _global_``: experiments, sweeps, data facts)."""
+    import yaml
+
+    root = Path(folder)
+    keys: set[str] = {p.name for p in root.iterdir() if p.is_dir()}
+    for path in root.rglob("*.yaml"):
+        text = path.read_text()
+        if path.parent != root and "@package _global_" not in "\n".join(text.splitlines()[:5]):
+            continue
+        try:
+            tree = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue
+        if isinstance(tree, dict):
+            keys |= {str(k) for k in tree if k not in ("defaults",)}
+    return frozenset(keys)
+
+
+def known_top_level_keys() -> frozenset[str]:
+    """The top-level keys that something reads: :func:`_global_keys` of the package's configs and of the config
+    folders the running Hydra command composed from (a user's ``hydra.searchpath``)."""
+    from canonical_network.utils.config import CONFIG_DIR
+
+    keys = set(_global_keys(str(CONFIG_DIR)))
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            for source in HydraConfig.get().runtime.config_sources:
+                if source.schema == "file" and Path(source.path).is_dir():
+                    keys |= _global_keys(str(Path(source.path).resolve()))
+    except Exception:  # noqa: BLE001 - only widens what is accepted
+        pass
+    return frozenset(keys)
+
+
+def check_top_level_keys(cfg: Any) -> None:
+    """Raise :class:`ConfigError` for a top-level key that nothing reads (``+seeds=3``, ``+max_epochs=5``: accepted
+    silently before), naming the closest known keys."""
+    import difflib
+
+    known = known_top_level_keys()
+    unknown = sorted(str(k) for k in cfg if str(k) not in known)
+    if unknown:
+        close = sorted({m for k in unknown for m in difflib.get_close_matches(k, sorted(known), n=3, cutoff=0.6)})
+        nested = [f"{group}.{k}" for k in unknown for group in KEYED_GROUPS if k in (cfg.get(group) or {})]
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        hint += f" (a key of a group is set with its group: {', '.join(nested)})" if nested else ""
+        raise ConfigError(f"{', '.join(unknown)}: no such top-level key; nothing would read it.{hint} The top-level "
+                          f"keys: {', '.join(sorted(k for k in known if not k.startswith('_')))}")
 
 
 def _check_pretrained_source(checkpoint: str, data: str) -> None:
