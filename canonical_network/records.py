@@ -278,13 +278,15 @@ def load_runs(folder: Path, include_evaluated: bool = False) -> list[dict[str, A
             continue
         record["path"] = str(path)
         record["metrics"].update(diagnosed_metrics(path.parent))
-        identity = run_identity(record)
-        if identity in first:
+        # a final record (completed, diverged) is a run's result: a second one of the same run is counted once;
+        # a failed attempt, or an evaluation of the run's checkpoint, is not a result and never a duplicate
+        identity = run_identity(record) if record["status"] in FINAL_STATUSES else None
+        if identity is not None and identity in first:
             record["recorded_status"] = record["status"]
             record["status"] = DUPLICATE
             record["error"] = (f"a second record of the run in {first[identity]} (the same experiment, seed and "
                                "config): counted once")
-        else:
+        elif identity is not None:
             first[identity] = str(path.parent)
         runs.append(record)
     return runs

@@ -157,10 +157,13 @@ def claims_from_entries(entries: object, tables: dict, origin: str, default_kind
     return claims
 
 
-def load_claims(path: Path | None = None, tables: dict | None = None) -> tuple[list[Claim], dict]:
+def load_claims(path: Path | None = None, tables: dict | None = None,
+                experiments: set[str] | None = None) -> tuple[list[Claim], dict]:
     """The claims of a claims file (default: the paper's, :data:`CLAIMS_FILE` beside this module) and the
     tables it adds (its ``tables:``, in the format of ``paper_results.json``). A user's file defaults its
-    claims' ``kind`` to "user". Nothing in the file runs: it is read with ``yaml.safe_load``."""
+    claims' ``kind`` to "user". Nothing in the file runs: it is read with ``yaml.safe_load``. With
+    ``experiments`` (those the runs at hand name: a user's own experiments live in their config folder), a row of
+    an added table naming an experiment that is neither one of ``configs/experiment/`` nor among them is refused."""
     from importlib import resources
 
     import yaml
@@ -184,19 +187,21 @@ def load_claims(path: Path | None = None, tables: dict | None = None) -> tuple[l
         missing = [k for k in ("title", "metric", "columns", "rows") if not isinstance(spec, dict) or k not in spec]
         if missing:
             raise ValueError(f"{origin}: table {name!r} lacks {', '.join(missing)} (see paper_results.json)")
-        _check_row_experiments(spec, name, origin)
+        if experiments is not None:
+            _check_row_experiments(spec, name, origin, experiments)
     known = {**(tables if tables is not None else paper_tables()), **extra}
     return claims_from_entries(data.get("claims") or [], known, origin, default_kind), extra
 
 
-def _check_row_experiments(spec: dict, table: str, origin: str) -> None:
+def _check_row_experiments(spec: dict, table: str, origin: str, also_known: set[str]) -> None:
     """Refuse a row of a claims file's table whose experiment (``experiment``, or ``match: {experiment: ...}``) is
-    none of ``configs/experiment/``: its cells would stay empty, silently, whatever ran."""
+    none of ``configs/experiment/`` and none of ``also_known``: its cells would stay empty, silently, whatever
+    ran."""
     import difflib
 
     from canonical_network.utils.config import known_experiments
 
-    known = known_experiments()
+    known = sorted(set(known_experiments()) | {e for e in also_known if isinstance(e, str)})
     for row in spec.get("rows") or []:
         if not isinstance(row, dict):
             raise ValueError(f"{origin}: table {table!r}: a row is a mapping with name and experiment, got {row!r}")
@@ -1357,7 +1362,7 @@ def build_report(folders: list[Path], out: Path, claims_file: Path | None = None
     tables = paper_tables()
     claims = list(CLAIMS)
     if claims_file is not None:
-        user_claims, user_tables = load_claims(claims_file, tables)
+        user_claims, user_tables = load_claims(claims_file, tables, {str(r.get("experiment")) for r in runs})
         tables = {**tables, **user_tables}
         claims += user_claims
     diagnostics = diagnostics if diagnostics is not None else _beside(folders, DIAGNOSTICS)

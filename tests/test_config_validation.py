@@ -221,7 +221,7 @@ def test_infinite_momentum_is_refused():
     [
         # the row sets data.train_rotation for its own data (rotated_mnist_5k); data=rotated_mnist takes none
         (["experiment=adapt_mnist/resnet18", "data=rotated_mnist"],
-         r"^data: RotatedMNISTDataModule takes no train_rotation, test_rotation \(set by "
+         r"^data: RotatedMNISTDataModule takes no train_rotation, test_rotation \(a key mistyped, or set by "
          r"experiment=adapt_mnist/resnet18 .*Drop them with: ~data\.train_rotation ~data\.test_rotation ;"),
         (["experiment=rotmnist/cnn", "+data.bogus=1"], r"^data: RotatedMNIST5kDataModule takes no bogus .*~data\.bogus"),
         (["experiment=rotmnist/cnn", "+model.bogus=1"], r"^model: ImageClassificationTask takes no bogus .*~model\.bogus"),

@@ -151,8 +151,8 @@ def test_bad_images_get_one_clear_error(build):
     canonicalizer = build()
     name = type(canonicalizer).__name__
     for images, message in (
-        (torch.rand(1, 28, 28), r"shape \(B, C, H, W\) with B >= 1; got \(1, 28, 28\) \(add a batch dimension"),
-        (torch.rand(0, 1, 28, 28), r"with B >= 1; got \(0, 1, 28, 28\)"),
+        (torch.rand(1, 28, 28), r"shape \(B, C, H, W\); got shape \(1, 28, 28\): .* add the batch dimension"),
+        (torch.rand(0, 1, 28, 28), r"a batch of at least one image; got shape \(0, 1, 28, 28\)"),
         (torch.randint(0, 255, (2, 1, 28, 28), dtype=torch.uint8), "floating-point images .* got torch.uint8"),
     ):
         with pytest.raises(ValueError, match=f"{name} takes .*{message}"):

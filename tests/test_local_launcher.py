@@ -118,3 +118,82 @@ def test_stopping_the_launcher_stops_its_jobs(tmp_path, sig):
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
     assert not list(sweep.glob("*/results.json"))  # neither job finished; the second never started
     assert len([p for p in sweep.iterdir() if not p.name.startswith(".") and p.is_dir()]) <= 1
+
+
+STRESS_APP = '''
+import os
+import time
+from pathlib import Path
+
+import hydra
+
+delay = float(os.environ.get("STRESS_DELAY_S", "0"))
+if delay:  # the launcher's process busy elsewhere (another thread submitting) between starting a job and filing it
+    from submitit.local import local
+
+    original = local.start_controller
+
+    def slow_start(*args, **kwargs):
+        process = original(*args, **kwargs)
+        time.sleep(delay)
+        return process
+
+    local.start_controller = slow_start
+
+
+@hydra.main(version_base="1.3", config_path=".", config_name="app")
+def main(cfg):
+    Path(os.environ["STRESS_OUT"], f"done_{cfg.x}").write_text("")
+    return cfg.x
+
+
+main()
+'''
+STRESS_CONFIG = """
+defaults:
+  - override hydra/launcher: local
+  - _self_
+x: 0
+hydra:
+  sweep:
+    dir: ${oc.env:STRESS_OUT}/sweep
+    subdir: ${hydra.job.num}
+  launcher:
+    max_jobs: 4
+    timeout_min: 5
+"""
+
+
+def _stress(tmp_path, name: str, jobs: int, *overrides: str) -> tuple[subprocess.CompletedProcess, set[int]]:
+    """A sweep of ``jobs`` jobs that do nothing but write a marker, more than the pool, through the local launcher,
+    with the launcher's process made slow right after it starts each job."""
+    app = tmp_path / "app"
+    app.mkdir(exist_ok=True)
+    (app / "app.py").write_text(STRESS_APP)
+    (app / "app.yaml").write_text(STRESS_CONFIG)
+    out = tmp_path / name
+    out.mkdir()
+    from canonical_network.utils.config import CONFIG_DIR
+
+    result = subprocess.run([sys.executable, "app.py", "-m", f"x=range(0,{jobs})", f"hydra.searchpath=[file://{CONFIG_DIR}]",
+                             *overrides], cwd=app, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "STRESS_OUT": str(out), "STRESS_DELAY_S": "0.6"})
+    return result, {int(p.name.removeprefix("done_")) for p in out.glob("done_*")}
+
+
+def test_a_local_multirun_never_loses_a_job(tmp_path):
+    """Each job is submitted from a thread of the pool while other threads submit theirs. With a folder per job
+    (``.submitit/%j``) the launcher made a job's folder only after starting its controller, which opened its log
+    file there first when the launcher was slow: the job died with no output ("No output/error stream produced")
+    and the multirun failed. Twelve jobs, three times the pool, twice."""
+    for attempt in range(2):
+        result, done = _stress(tmp_path, f"run{attempt}", 12)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert done == set(range(12))
+
+
+def test_the_stress_loses_jobs_with_a_folder_per_job(tmp_path):
+    """The control: the same sweep with the former ``.submitit/%j`` folder loses its jobs."""
+    result, done = _stress(tmp_path, "per_job", 4, "hydra.launcher.submitit_folder=${hydra.sweep.dir}/.submitit/%j")
+    assert result.returncode != 0 and "No such file or directory" in result.stderr + result.stdout
+    assert len(done) < 4

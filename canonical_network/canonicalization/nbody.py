@@ -52,7 +52,7 @@ from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
 from canonical_network.canonicalization.symmetrization import Frame, FrameSpec, vector_frame
-from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt, random_orthogonal
+from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt_frame, random_orthogonal
 from canonical_network.nn.vector_neurons import VNDropout, VNLinear, vn_leaky_relu, vn_mean_pool
 from canonical_network.utils.checks import check_bool, check_choice, check_fraction, check_int
 
@@ -230,11 +230,13 @@ class VNDeepSetsCanonicalizer(Canonicalizer):
         # gram_schmidt orthonormalises columns: the vectors (rows of `vectors`), or with authors_code the
         # coordinate rows, as the authors' code does
         frame = vectors[:, :3] if self.authors_code else vectors[:, :3].transpose(1, 2)
-        rotation = gram_schmidt(frame, "O3")
+        # degenerate: no O(3)-equivariant frame exists for the system (one particle, a planar or collinear
+        # system): Gram–Schmidt fell back to a fixed axis, and the element says so
+        rotation, degenerate = gram_schmidt_frame(frame, "O3")
         if self.frame_augmentation and self.model_training:  # in training: R S, S Haar on O(3), one per system
             rotation = rotation @ random_orthogonal(rotation.shape[0], dtype=rotation.dtype, device=rotation.device)
         translation = centroid + vectors[:, 3] if self.translation == "learned" else centroid
-        return EuclideanTransform(rotation, translation)
+        return EuclideanTransform(rotation, translation).marked(degenerate)
 
     def canonicalize(
         self, loc: torch.Tensor, vel: torch.Tensor, charges: torch.Tensor

@@ -72,7 +72,7 @@ from torch import nn
 
 from canonical_network.canonicalization.base import Canonicalizer
 from canonical_network.canonicalization.symmetrization import Frame, FrameSpec, vector_frame
-from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt, invert_rotation
+from canonical_network.groups.euclidean import EuclideanTransform, gram_schmidt_frame, invert_rotation
 from canonical_network.nn.knn import EXACT, graph_feature, knn
 from canonical_network.nn.vector_neurons import (
     VN_EPS,
@@ -345,15 +345,21 @@ class VNPointCloudCanonicalizer(Canonicalizer):
 
     def group_element(self, points: torch.Tensor) -> torch.Tensor:
         """``h(points) = R`` ``(B, 3, 3)``; its columns are the learned frame axes."""
-        return gram_schmidt(self.frame_vectors(points).transpose(1, 2), self.group)  # type: ignore[arg-type]
+        return self.frame_axes(points)[0]
+
+    def frame_axes(self, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(R (B, 3, 3), degenerate (B,) bool)``: the frame, and where no equivariant one exists for the cloud
+        (its pooled vectors parallel or zero: a cloud fixed by the rotations about an axis), so Gram–Schmidt fell
+        back to a fixed axis (``groups.euclidean.gram_schmidt_frame``)."""
+        return gram_schmidt_frame(self.frame_vectors(points).transpose(1, 2), self.group)  # type: ignore[arg-type]
 
     def canonicalize(
         self, points: torch.Tensor, *rest: torch.Tensor
     ) -> tuple[tuple[torch.Tensor, ...], EuclideanTransform]:
         """``((points R, *rest), (R, 0))``: ``points (B, P, 3) ↦ points R``; other inputs (e.g. the ShapeNet
         category) pass through. The element is a rotation about the origin (``EuclideanTransform``, t = 0)."""
-        rotation = self.group_element(points)
-        return (invert_rotation(points, rotation), *rest), EuclideanTransform.from_rotation(rotation)
+        rotation, degenerate = self.frame_axes(points)
+        return (invert_rotation(points, rotation), *rest), EuclideanTransform.from_rotation(rotation, degenerate)
 
     def symmetrization_error(self, mode: str) -> str | None:
         if mode == "full":

@@ -209,12 +209,18 @@ def pose(model, inputs: Inputs, element, margin: float, bins: int) -> tuple[dict
         return result, angles
     top = 360.0 if element.matrix().shape[-1] == 2 else 180.0
     counts = torch.histc(angles.double().cpu(), bins=bins, min=0.0, max=top)
+    degenerate = getattr(element, "degenerate", None)
     return {
         "kind": "continuous", "group": h.group_name, "quantity": "rotation angle (deg)" + (
             ", 3-D: arccos((tr R − 1)/2) of the rotation part" if top == 180.0 else ""),
         "bin_edges_deg": torch.linspace(0.0, top, bins + 1).tolist(), "histogram": counts.long().tolist(),
         "entropy_bits": entropy_bits(counts), "max_entropy_bits": math.log2(bins),
         "reflection_rate": float(reflect.float().mean()), "ambiguity_rate": None,
+        # inputs for which no equivariant frame exists (the element fell back to a fixed axis): there the model
+        # is equivariant only up to the input's stabilizer (groups/euclidean.py: EuclideanTransform.degenerate)
+        "degenerate_rate": None if degenerate is None else float(degenerate.float().mean()),
+        "degenerate_definition": "share of inputs whose frame took a fixed fallback axis (no equivariant frame: "
+                                 "the input is fixed by some rotations or reflections)",
     }, angles
 
 

@@ -68,6 +68,8 @@ def summary_table(results: dict) -> str:
         notes = f"{pose['kind']}: entropy {pose['entropy_bits']:.2f} of {pose['max_entropy_bits']:.2f} bits"
         if pose.get("ambiguity_rate") is not None:
             notes += f", ambiguous {_percent(pose['ambiguity_rate'])} (margin {pose['margin']:g})"
+        if pose.get("degenerate_rate") is not None:
+            notes += f", degenerate frames {_percent(pose['degenerate_rate'])} (equivariant only up to their stabilizer)"
         rows.append(("pose", "", "", notes))
     permutation = results.get("permutation")
     if permutation is not None:

@@ -35,16 +35,32 @@ _AXES: dict[str, int] = {"x": 0, "y": 1, "z": 2}
 _GROUPS: tuple[str, ...] = ("SO3", "O3")
 
 
-class EuclideanTransform(NamedTuple):
+class _EuclideanFields(NamedTuple):
+    rotation: torch.Tensor
+    translation: torch.Tensor
+
+
+class EuclideanTransform(_EuclideanFields):
     """One element ``(R, t)`` of E(3) per sample; a ``NamedTuple``, so it unpacks as ``R, t = g``.
 
     Attributes:
         rotation: ``(B, 3, 3)`` orthogonal matrix (determinant ±1); its columns are the frame axes.
         translation: ``(B, 3)``.
+        degenerate: ``(B,)`` bool, or ``None`` when the element does not say: ``True`` where the canonicalizer
+            could build no equivariant frame for the input and took a fixed fallback instead (the input is left
+            unchanged by some rotations or reflections, its stabilizer: a system of one particle, a planar or
+            collinear system, a symmetric cloud; :func:`gram_schmidt_frame`). There the element is not
+            equivariant; the composition is equivariant only up to the stabilizer (relaxed equivariance,
+            paper Appendix A: ``h(g·x) ∈ g · h(x) · Stab(x)``), and ``diagnose`` reports the rate
+            (``pose.degenerate_rate``).
     """
 
-    rotation: torch.Tensor
-    translation: torch.Tensor
+    degenerate: torch.Tensor | None = None
+
+    def marked(self, degenerate: torch.Tensor | None) -> EuclideanTransform:
+        """This element with its :attr:`degenerate` mask set (``(B,)`` bool); returns itself."""
+        self.degenerate = degenerate
+        return self
 
     @property
     def index(self) -> None:
@@ -56,9 +72,9 @@ class EuclideanTransform(NamedTuple):
         return self.rotation
 
     @classmethod
-    def from_rotation(cls, rotation: torch.Tensor) -> EuclideanTransform:
+    def from_rotation(cls, rotation: torch.Tensor, degenerate: torch.Tensor | None = None) -> EuclideanTransform:
         """``(R, 0)``: a rotation about the origin (point-cloud canonicalizers choose only ``R``)."""
-        return cls(rotation, rotation.new_zeros(rotation.shape[:-1]))
+        return cls(rotation, rotation.new_zeros(rotation.shape[:-1])).marked(degenerate)
 
     def apply_to_points(self, x: torch.Tensor) -> torch.Tensor:
         """``x Rᵀ + t`` for points ``(B, N, 3)``."""
@@ -262,13 +278,18 @@ def _project_out(candidates: torch.Tensor, basis: list[torch.Tensor]) -> torch.T
 
 def _first_valid(residuals: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """Unit vector along the first residual ``(B, K, 3)`` whose ``valid`` ``(B, K)`` flag is set."""
+    return _first_valid_with_index(residuals, valid)[0]
+
+
+def _first_valid_with_index(residuals: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_first_valid` and the index ``(B,)`` of the candidate chosen."""
     # argmax returns the first maximal index, i.e. the first valid candidate in priority order.
     index = valid.to(torch.uint8).argmax(dim=-1)
     chosen = torch.gather(residuals, 1, index.view(-1, 1, 1).expand(-1, 1, 3)).squeeze(1)
     # The chosen residual has norm > tol (the last candidates are always valid), so the clamp only guards
     # the gradient of the unchosen rows of a batch; it never changes a value that is used.
     norm = _sum_sq(chosen).clamp_min(torch.finfo(chosen.dtype).tiny).sqrt()
-    return chosen / norm.unsqueeze(-1)
+    return chosen / norm.unsqueeze(-1), index
 
 
 def gram_schmidt(
@@ -278,7 +299,19 @@ def gram_schmidt(
     eps: float = 1e-6,
     parallel_tol: float | None = None,
 ) -> torch.Tensor:
-    """Orthonormalise three 3-D vectors into an orthogonal matrix, robustly (paper §4.1 and Appendix F).
+    """The orthogonal matrix of :func:`gram_schmidt_frame` (without its degeneracy mask)."""
+    return gram_schmidt_frame(vectors, group, eps=eps, parallel_tol=parallel_tol)[0]
+
+
+def gram_schmidt_frame(
+    vectors: torch.Tensor,
+    group: Group3D = "O3",
+    *,
+    eps: float = 1e-6,
+    parallel_tol: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Orthonormalise three 3-D vectors into an orthogonal matrix, robustly (paper §4.1 and Appendix F), and say
+    where the result is not equivariant.
 
     Args:
         vectors: ``(B, 3, 3)`` whose **columns** ``vectors[:, :, i]`` are the three input vectors
@@ -298,6 +331,9 @@ def gram_schmidt(
     Returns:
         ``(B, 3, 3)`` orthogonal matrix whose columns are ``e₁, e₂, e₃``: ``G(Q V) = Q G(V)`` for ``Q`` in
         O(3) ("O3") or SO(3) ("SO3") on non-degenerate inputs. Values and gradients are always finite.
+        And ``degenerate`` ``(B,)`` bool: the frame took a fallback that is not equivariant under ``group``
+        (a standard axis for ``e₁`` or ``e₂``; for "O3" also ``e₁ × e₂`` for ``e₃``, which a reflection does not
+        follow), so the input vectors are fixed by some of ``group`` besides the identity.
 
     Degenerate inputs. Each axis ``e_k`` is the normalised residual of the *first* candidate, in the order
     below, whose residual is not zero in the sense above:
@@ -344,10 +380,13 @@ def gram_schmidt(
     candidates = torch.cat([v, axes], dim=1)  # (B, 6, 3)
     allowed = torch.cat([input_ok, always], dim=1)
     basis: list[torch.Tensor] = []
+    degenerate = torch.zeros(batch, dtype=torch.bool, device=device)
     for _ in range(2):
         residuals = _project_out(candidates, basis)
         valid = allowed & (_sum_sq(residuals) > tol * tol)
-        basis.append(_first_valid(residuals, valid))
+        axis, index = _first_valid_with_index(residuals, valid)
+        basis.append(axis)
+        degenerate = degenerate | (index >= 3)  # a standard axis: fixed, whatever the input's pose
 
     cross = torch.linalg.cross(basis[0], basis[1], dim=-1)
     if group == "SO3":
@@ -358,5 +397,7 @@ def gram_schmidt(
         allowed = torch.cat([input_ok, always[:, :1]], dim=1)
         residuals = _project_out(candidates, basis)
         valid = allowed & (_sum_sq(residuals) > tol * tol)
-        basis.append(_first_valid(residuals, valid))
-    return torch.stack(basis, dim=-1)  # columns are e₁, e₂, e₃
+        axis, index = _first_valid_with_index(residuals, valid)
+        basis.append(axis)
+        degenerate = degenerate | (index >= 3)  # e₁ × e₂: a reflection does not follow it
+    return torch.stack(basis, dim=-1), degenerate  # columns are e₁, e₂, e₃

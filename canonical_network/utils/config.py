@@ -164,11 +164,24 @@ def _dotted_keys(node, prefix: str = "") -> list[str]:
     return keys
 
 
+class Refusal(SystemExit):
+    """A command line refused before it ran: exit status 2 (as argparse's refusals), its one line already printed to
+    stderr; ``str()`` is that line, for a caller that catches it."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(2)
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.line
+
+
 def _refuse(command: str, message: str):
     import sys
 
-    print(f"{command}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    line = f"{command}: error: {message}"
+    print(line, file=sys.stderr)
+    raise Refusal(line)
 
 
 def check_override_keys(arguments: list[str], config_name: str = "train",
