@@ -496,3 +496,16 @@ def test_diagnose_refuses_a_finished_run_folder_and_leaves_it_as_it_was(trained,
     assert result.returncode == 2, result.stderr[-2000:]
     assert f"hydra.run.dir={run_dir} already holds results.json, checkpoints, .hydra" in result.stderr
     assert _files(run_dir) == before
+
+
+@pytest.mark.parametrize("target", ["builtins.open", "shutil.copyfile", "os.symlink", "torch.save", "numpy.save",
+                                    "os.system", "subprocess.run", "builtins.exec", "torch.load"])
+def test_what_hydras_blocklist_lets_through_is_refused_on_every_route(target, tmp_path):
+    """hydra-core 1.3's own blocklist stops os.system and subprocess, not these, each of which can write any file
+    the user can; the boundary refuses them all, read from a file and at build time."""
+    node = {"_target_": target, "_args_": [str(tmp_path / "marker")]}
+    with pytest.raises(UntrustedConfig, match=rf"refused model\.predictor\._target_='{target}'"):
+        plain_config({"model": {"predictor": node}}, "sent.ckpt")
+    with pytest.raises(UntrustedConfig, match=rf"refused _target_='{target}'"):
+        build(node, "probe")
+    assert not (tmp_path / "marker").exists()
