@@ -211,6 +211,21 @@ def run_folder_lock(output_dir: Path):
         yield
 
 
+def refuse_busy(output_dir: Path) -> None:
+    """Raise :class:`RunFolderBusy` when another process holds the folder's run lock now (a look, not the lock:
+    :func:`run_folder_lock` takes it once the run is admitted). Checked before the run's config is compared with
+    the folder's checkpoint, so that a second run into a busy folder is told so rather than that its config
+    differs from the first run's progress."""
+    lock = output_dir / LOCK_FILE
+    if not lock.is_file():
+        return
+    with exclusive_lock(lock) as holder:
+        if holder is not None:
+            raise RunFolderBusy(
+                f"run folder {output_dir} is in use by {holder}; wait for that run to end (rerunning then resumes "
+                "it), or give this run another hydra.run.dir")
+
+
 class RunFolderFinished(RuntimeError):
     """The run folder holds a completed run, whose record is final."""
 
@@ -308,6 +323,8 @@ def _admit(cfg: DictConfig) -> RunResults:
         return read_results(output_dir / RESULTS_FILE)
     refuse_finished(output_dir)
     refuse_linked_entries(output_dir)
+    if rank_zero_only.rank == 0:
+        refuse_busy(output_dir)  # another run training here is the reason to refuse, whatever its config
     check_resumed_config(cfg, output_dir)
     if rank_zero_only.rank != 0:
         wait_for_rank_zero(output_dir, rank_zero_only.rank)

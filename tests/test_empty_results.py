@@ -9,31 +9,34 @@ import sys
 
 import pytest
 
+from canonical_network.train import EmptyResult, run
 from canonical_network.utils.config import PROJECT_ROOT
-
-SMALL = ["experiment=rotmnist/cnn", "trainer.max_epochs=1", "+trainer.limit_val_batches=1", "logger=csv"]
-
-
-def _train(tmp_path, *overrides: str) -> tuple[subprocess.CompletedProcess, dict]:
-    result = subprocess.run([sys.executable, "-m", "canonical_network.train", *SMALL, *overrides,
-                             f"hydra.run.dir={tmp_path / 'run'}"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                            timeout=600)
-    record = json.loads((tmp_path / "run" / "results.json").read_text())
-    return result, record
+from tests.helpers import compose_config, shrink
 
 
-@pytest.mark.parametrize(("overrides", "reason"), [
-    (["+trainer.limit_train_batches=2", "+trainer.limit_test_batches=0"], "the test produced no test/* metric"),
-    (["+trainer.limit_train_batches=0", "+trainer.limit_test_batches=1"], "no training step ran"),
-])
-def test_a_run_that_measured_nothing_is_failed_with_the_reason(tmp_path, overrides, reason):
-    result, record = _train(tmp_path, *overrides)
+def test_an_empty_test_split_is_a_failed_record_with_the_reason(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "canonical_network.train", "experiment=rotmnist/cnn",
+                             "trainer.max_epochs=1", "+trainer.limit_train_batches=2", "+trainer.limit_val_batches=1",
+                             "+trainer.limit_test_batches=0", "logger=csv", f"hydra.run.dir={tmp_path / 'run'}"],
+                            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0
-    assert record["status"] == "failed" and reason in record["error"] and record["metrics"] == {}
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert record["status"] == "failed" and record["metrics"] == {}
+    assert "the test produced no test/* metric (0 test batches ran" in record["error"]
 
 
-def test_the_same_run_with_its_splits_completes(tmp_path):
-    """The control: the same command with a batch of each split is a completed run with its test metrics."""
-    result, record = _train(tmp_path, "+trainer.limit_train_batches=2", "+trainer.limit_test_batches=1")
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert record["status"] == "completed" and "test/error" in record["metrics"]
+@pytest.mark.parametrize(("limits", "reason"), [
+    ({"limit_train_batches": 0, "limit_test_batches": 1}, "no training step ran"),
+    ({"limit_train_batches": 2, "limit_test_batches": 0}, r"the test produced no test/\* metric"),
+    ({"limit_train_batches": 2, "limit_test_batches": 1}, None),  # the control: a batch of each split completes
+])
+def test_a_run_that_measured_nothing_raises_before_its_record(tmp_path, limits, reason):
+    cfg = shrink(compose_config(["experiment=rotmnist/cnn"], tmp_path))
+    for key, value in limits.items():
+        cfg.trainer[key] = value
+    if reason is None:
+        assert "test/error" in run(cfg)["metrics"]
+        return
+    with pytest.raises(EmptyResult, match=reason):
+        run(cfg)
+    assert not (tmp_path / "results.json").exists()

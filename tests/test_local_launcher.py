@@ -164,9 +164,10 @@ hydra:
 """
 
 
-def _stress(tmp_path, name: str, jobs: int, *overrides: str) -> tuple[subprocess.CompletedProcess, set[int]]:
+def _stress(tmp_path, name: str, jobs: int, *overrides: str, delay_s: float = 1.0
+            ) -> tuple[subprocess.CompletedProcess, set[int]]:
     """A sweep of ``jobs`` jobs that do nothing but write a marker, more than the pool, through the local launcher,
-    with the launcher's process made slow right after it starts each job."""
+    with the launcher's process made slow (``delay_s``) right after it starts each job."""
     app = tmp_path / "app"
     app.mkdir(exist_ok=True)
     (app / "app.py").write_text(STRESS_APP)
@@ -177,7 +178,7 @@ def _stress(tmp_path, name: str, jobs: int, *overrides: str) -> tuple[subprocess
 
     result = subprocess.run([sys.executable, "app.py", "-m", f"x=range(0,{jobs})", f"hydra.searchpath=[file://{CONFIG_DIR}]",
                              *overrides], cwd=app, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "STRESS_OUT": str(out), "STRESS_DELAY_S": "0.6"})
+                            env={**os.environ, "STRESS_OUT": str(out), "STRESS_DELAY_S": str(delay_s)})
     return result, {int(p.name.removeprefix("done_")) for p in out.glob("done_*")}
 
 
@@ -193,7 +194,9 @@ def test_a_local_multirun_never_loses_a_job(tmp_path):
 
 
 def test_the_stress_loses_jobs_with_a_folder_per_job(tmp_path):
-    """The control: the same sweep with the former ``.submitit/%j`` folder loses its jobs."""
-    result, done = _stress(tmp_path, "per_job", 4, "hydra.launcher.submitit_folder=${hydra.sweep.dir}/.submitit/%j")
+    """The control: the same sweep with the former ``.submitit/%j`` folder loses its jobs (the launcher slowed long
+    enough for a job's controller to start, even on a loaded machine)."""
+    result, done = _stress(tmp_path, "per_job", 4, "hydra.launcher.submitit_folder=${hydra.sweep.dir}/.submitit/%j",
+                           delay_s=8.0)
     assert result.returncode != 0 and "No such file or directory" in result.stderr + result.stdout
     assert len(done) < 4

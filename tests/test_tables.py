@@ -10,7 +10,6 @@ import pytest
 from canonical_network import tables
 from canonical_network.records import RESULTS_FILE, read_results, write_results
 
-
 _SEEDS = itertools.count()
 
 
