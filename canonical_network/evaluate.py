@@ -206,7 +206,7 @@ def _evaluate(cfg: DictConfig) -> RunResults:
     # the composed config, every node of it (the checkpoint's, and whatever composing added), before any
     # component is imported
     check_buildable(cfg, f"the evaluation of {path}")
-    validate_run_config(cfg)  # first: a data set of another task is named as such
+    validate_run_config(cfg, tuple(stored))  # first: a data set of another task is named as such
     use_training_free_canonicalizer(cfg)  # canonicalization=tta: the task's canonicalizer becomes it
     use_symmetrization(cfg)  # canonicalization.symmetrization=...: the task's canonicalizer takes it
     check_architecture_unchanged(stored, cfg)

@@ -54,7 +54,7 @@ def _config_check(check: Any, *args: Any, hint: str = "", **kwargs: Any) -> Any:
         raise ConfigError(f"{error}{hint}") from None
 
 
-def validate_run_config(cfg: Any) -> None:
+def validate_run_config(cfg: Any, stored_keys: tuple[str, ...] | list[str] = ()) -> None:
     """Check a composed training config once, before anything is built; every message names the full key.
 
     Checked: ``seed`` (an integer Lightning accepts, :data:`SEED_RANGE`), the command's switches
@@ -111,7 +111,7 @@ def validate_run_config(cfg: Any) -> None:
     for section in NAMED_COMPONENT_SECTIONS:
         for name in (cfg.get(section) or {}):
             check_group_keys(cfg, f"{section}.{name}")
-    check_top_level_keys(cfg)
+    check_top_level_keys(cfg, stored_keys)
 
 
 # --- components against the data's facts ------------------------------------------------------------------
@@ -343,12 +343,13 @@ def known_top_level_keys() -> frozenset[str]:
     return frozenset(keys)
 
 
-def check_top_level_keys(cfg: Any) -> None:
+def check_top_level_keys(cfg: Any, stored_keys: tuple[str, ...] | list[str] = ()) -> None:
     """Raise :class:`ConfigError` for a top-level key that nothing reads (``+seeds=3``, ``+max_epochs=5``: accepted
-    silently before), naming the closest known keys."""
+    silently before), naming the closest known keys. ``stored_keys``: those of a checkpoint's run config (an
+    evaluation), which an older version may have written."""
     import difflib
 
-    known = known_top_level_keys()
+    known = known_top_level_keys() | set(stored_keys)
     unknown = sorted(str(k) for k in cfg if str(k) not in known)
     if unknown:
         close = sorted({m for k in unknown for m in difflib.get_close_matches(k, sorted(known), n=3, cutoff=0.6)})
