@@ -61,6 +61,7 @@ from canonical_network.utils.run_config import validate_run_config
 from canonical_network.utils.runs import (
     build_trainer,
     building_error,
+    code_version,
     finish,
     instantiate_callbacks,
     instantiate_loggers,
@@ -227,7 +228,8 @@ def _evaluate(cfg: DictConfig) -> RunResults:
     del checkpoint  # the optimiser state and the rest are not needed for testing
     param_counts = model.parameter_counts() if hasattr(model, "parameter_counts") else {}
     for lg in loggers:
-        lg.log_hyperparams({**config, "params": param_counts, EVALUATED_CHECKPOINT_KEY: str(path)})
+        lg.log_hyperparams({**config, "params": param_counts, EVALUATED_CHECKPOINT_KEY: str(path),
+                            "code_version": code_version()})
     log.info("Evaluating %s (%s); parameters: %s", path, cfg.get("experiment_name"), param_counts)
 
     trainer.test(model, datamodule=datamodule)

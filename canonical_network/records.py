@@ -299,6 +299,7 @@ DUPLICATE = "duplicate"
 #: command's own switches, the checkpoint a CN(pretrained) row read (a path of its machine). Shell-style patterns.
 EXECUTION_KEYS = (
     "paths.*", "logger", "logger.*", "callbacks.rich_progress_bar", "callbacks.rich_progress_bar.*", "hydra.*",
+    "callbacks.pose_histogram", "callbacks.pose_histogram.*",
     "data.data_dir", "data.root", "data.num_workers", "data.download", "data.generate_if_missing",
     "trainer.accelerator", "trainer.enable_progress_bar", "trainer.log_every_n_steps", "compile", "matmul_precision",
     "ckpt_path", "resume", "resume_with_changes", "skip_finished", "tags", "trusted_targets",

@@ -362,8 +362,8 @@ def _run(cfg: DictConfig) -> RunResults:
     except Exception as error:
         raise ConfigError(building_error(error)) from error
     param_counts = model.parameter_counts() if hasattr(model, "parameter_counts") else {}
-    for lg in loggers:
-        lg.log_hyperparams({**config, "params": param_counts})
+    for lg in loggers:  # the config, the parameter counts and which code ran (a W&B column each)
+        lg.log_hyperparams({**config, "params": param_counts, "code_version": code_version()})
     log.info("Parameters: %s", param_counts)
 
     resumed_from = resume_checkpoint(cfg, output_dir)

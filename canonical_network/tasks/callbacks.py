@@ -86,10 +86,68 @@ class CanonicalizedImageGrid(Callback):
         out_dir = Path(self.output_dir or trainer.default_root_dir) / "canonicalized"
         out_dir.mkdir(parents=True, exist_ok=True)
         caption = f"epoch {trainer.current_epoch}: top, validation digits; bottom, canonicalized by h"
-        save_captioned(grid, caption, out_dir / f"epoch_{trainer.current_epoch:04d}.png")
+        path = out_dir / f"epoch_{trainer.current_epoch:04d}.png"
+        save_captioned(grid, caption, path)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
-                logger.log_image(key="val/canonicalized", images=[grid], caption=["top: original, bottom: canonical"])
+                # the file itself, so W&B shows the PNG's pixels (a float tensor reached W&B all black)
+                logger.log_image(key="val/canonicalized", images=[str(path)], caption=[caption],
+                                 step=trainer.global_step)
+
+
+class PoseHistogram(Callback):
+    """At every validation, a W&B histogram of the group elements the canonicalizer chooses (``val/pose``) on a
+    fixed set of ``num_items`` validation inputs: per element index for a finite group (C_N, D_N), per rotation
+    angle for a continuous one (2-D, or 3-D: the angle of the rotation part). A canonicalizer that always picks the
+    same element, or spreads its choices uniformly, shows at a glance. Nothing is done without a W&B logger, nor
+    for the identity canonicalizer."""
+
+    def __init__(self, num_items: int = 256, bins: int = 36) -> None:
+        self.num_items, self.bins = int(num_items), int(bins)
+        self._inputs: tuple[torch.Tensor, ...] | None = None
+
+    def _fixed_inputs(self, trainer: Trainer, pl_module: LightningModule) -> tuple[torch.Tensor, ...] | None:
+        if self._inputs is None and trainer.datamodule is not None:
+            with torch.random.fork_rng(devices=[]):  # looking never changes training's random draws
+                batches = list(_first_batches(trainer.datamodule.val_dataloader(), self.num_items))
+            if not batches:
+                return None
+            parts = [pl_module.split_batch(batch)[0] for batch in batches]
+            self._inputs = tuple(torch.cat(tensors)[: self.num_items] for tensors in zip(*parts, strict=True))
+        return self._inputs
+
+    @torch.no_grad()
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+        canonicalizer = getattr(pl_module, "canonicalizer", None)
+        if (not loggers or trainer.sanity_checking or not trainer.is_global_zero or canonicalizer is None
+                or canonicalizer.group_name == "trivial"):
+            return
+        inputs = self._fixed_inputs(trainer, pl_module)
+        if inputs is None:
+            return
+        import numpy as np
+        import wandb
+
+        from canonical_network.diagnostics.measures import coordinate_element, rotation_angles_deg
+
+        was_training = pl_module.training
+        pl_module.eval()
+        _, chosen = pl_module.network.canonicalize(*(x.to(pl_module.device) for x in inputs))
+        pl_module.train(was_training)
+        element = coordinate_element(chosen)
+        if element is None:
+            return
+        index = canonicalizer.group_element_index(element)
+        if index is not None:
+            order = int(getattr(canonicalizer, "group_order", 0) or int(index.max()) + 1)
+            counts = torch.bincount(index.cpu(), minlength=order).numpy()
+            histogram = wandb.Histogram(np_histogram=(counts, np.arange(order + 1) - 0.5))
+        else:
+            angles = rotation_angles_deg(element.matrix())[0].double().cpu().numpy()
+            histogram = wandb.Histogram(angles, num_bins=self.bins)
+        for logger in loggers:
+            logger.experiment.log({"val/pose": histogram, "trainer/global_step": trainer.global_step})
 
 
 class RNGStateCheckpoint(Callback):

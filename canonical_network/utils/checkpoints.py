@@ -361,6 +361,7 @@ def check_architecture_unchanged(stored: dict[str, Any], config: Any) -> None:
 RESUME_NEUTRAL_KEYS = (
     "paths", "paths.*", "data.data_dir", "data.num_workers", "data.generate_if_missing",
     "logger", "logger.*", "callbacks.rich_progress_bar", "callbacks.rich_progress_bar.*",
+    "callbacks.pose_histogram", "callbacks.pose_histogram.*",
     "callbacks.early_stopping", "callbacks.early_stopping.*", "callbacks.last_checkpoint.every_n_epochs",
     "trainer.max_epochs", "trainer.min_epochs", "trainer.accelerator", "trainer.enable_progress_bar",
     "trainer.log_every_n_steps", "trainer.num_sanity_val_steps",

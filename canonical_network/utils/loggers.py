@@ -83,10 +83,59 @@ class ResumableCSVLogger(CSVLogger):
         self._keep_previous, self._drop_replayed = True, False
 
 
-class QuietWandbLogger(WandbLogger):
-    """Lightning's ``WandbLogger`` without its ``anonymous`` argument, which current wandb no longer takes
-    (it warned "The anonymous setting has no effect" at every run start)."""
+#: Top-level sections of a run's config that say where and how it logged, not what it was: left out of the W&B
+#: run's config, so the dashboard's columns are the ones a researcher compares runs by.
+NOT_CHARTED_SECTIONS = ("paths", "logger", "hydra")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+
+def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested run config as one level of readable dotted keys (``model.optimizer.lr``), lists as they are, the
+    sections of :data:`NOT_CHARTED_SECTIONS` left out."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if not prefix and key in NOT_CHARTED_SECTIONS:
+            continue
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            flat.update(flat_config(value, dotted))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+class QuietWandbLogger(WandbLogger):
+    """Lightning's ``WandbLogger``, made to read well on the dashboard.
+
+    * Without its ``anonymous`` argument, which current wandb no longer takes (it warned "The anonymous setting
+      has no effect" at every run start).
+    * ``best`` (the run's ``optimized_metric``) and ``best_mode`` (``max`` | ``min``): the summary holds that
+      metric's best value over the run (``define_metric``), as the checkpoint callback judges it, instead of the
+      last logged step (the ``test/*`` metrics, logged once after fitting, are the tested ones).
+    * Hyperparameters as one level of dotted keys (:func:`flat_config`), without where the run wrote or logged.
+    """
+
+    def __init__(self, *args: Any, best: str | None = None, best_mode: str = "max", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._wandb_init.pop("anonymous", None)
+        if best_mode not in ("max", "min"):
+            raise ValueError(f"logger.wandb.best_mode must be max or min; got {best_mode!r}")
+        self._best, self._best_mode = best, best_mode
+
+    @property
+    @rank_zero_experiment
+    def experiment(self):
+        fresh = self._experiment is None
+        experiment = super().experiment
+        if fresh and hasattr(experiment, "define_metric"):
+            if self._best:  # test/* are logged once, after fitting: their summary (the last value) is the tested one
+                experiment.define_metric(self._best, summary=self._best_mode)
+        return experiment
+
+    def log_hyperparams(self, params: Any) -> None:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(params, DictConfig):
+            params = OmegaConf.to_container(params, resolve=True)
+        if isinstance(params, dict):
+            params = flat_config(params)
+        super().log_hyperparams(params)

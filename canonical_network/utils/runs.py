@@ -144,14 +144,75 @@ def stable_run_id(output_dir: Path) -> str:
     return hashlib.sha1(str(output_dir.resolve()).encode()).hexdigest()[:16]
 
 
+def run_tags(cfg: DictConfig) -> list[str]:
+    """The W&B tags of a run: the config's ``tags``, then its family (``family:rotmnist``) and budget
+    (``epochs:100``, ``no-early-stopping``), so that a sweep's runs filter by what a table compares."""
+    tags = [str(t) for t in (cfg.get("tags") or [])]
+    experiment = str(cfg.get("experiment_name") or "")
+    if "/" in experiment:
+        tags.append(f"family:{experiment.split('/', 1)[0]}")
+    epochs = (cfg.get("trainer") or {}).get("max_epochs")
+    if epochs is not None:
+        tags.append(f"epochs:{epochs}")
+    callbacks = cfg.get("callbacks") or {}
+    if callbacks and not callbacks.get("early_stopping"):
+        tags.append("no-early-stopping")
+    return list(dict.fromkeys(tag[:64] for tag in tags))
+
+
+def finish_stale_wandb_run() -> None:
+    """End a W&B run this process still has open from an earlier job (one that failed before it finished): Lightning's
+    logger attaches to an open run, so the next job of an in-process multirun would log into it."""
+    import sys
+
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish(exit_code=1)
+
+
+def multirun_group() -> str:
+    """The W&B group of a multirun without a ``sweep_name`` (``-m experiment=a,b seed=0,1``): its sweep folder's
+    name (``<time>_multirun``), the same for every job, so the jobs of one multirun share one group (a table's
+    sweep has its ``sweep_name`` as its group)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return f"multirun/{Path(str(HydraConfig.get().sweep.dir)).name}"
+
+
+def check_wandb_reachable(timeout_s: float = 5.0) -> None:
+    """Raise :class:`ConfigError` in one line when W&B is asked to log online and its server cannot be reached:
+    wandb itself retries for minutes before it gives up, which looks like a hung run."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
+    host, port = url.hostname or "api.wandb.ai", url.port or (443 if url.scheme != "http" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return
+    except OSError as error:
+        raise ConfigError(
+            f"logger=wandb logs online (WANDB_MODE=online or logger.wandb.offline=false) but the W&B server "
+            f"{host}:{port} cannot be reached ({error}); log offline (unset WANDB_MODE: the default) and upload "
+            "later with the printed `wandb sync` command, or use logger=csv") from None
+
+
 def instantiate_loggers(cfg: DictConfig, output_dir: Path, **wandb_arguments: Any) -> list:
     """The loggers of ``cfg.logger`` (a dict keyed by name; entries without ``_target_`` are switched off).
-    W&B gets the run folder's :func:`stable_run_id` and ``wandb_arguments`` (e.g. ``job_type``)."""
+    W&B gets the run folder's :func:`stable_run_id`, the run's tags (:func:`run_tags`) and ``wandb_arguments``
+    (e.g. ``job_type``); an online W&B whose server cannot be reached fails in one line
+    (:func:`check_wandb_reachable`)."""
     loggers = []
     for name, logger_cfg in (cfg.get("logger") or {}).items():
         if not logger_cfg or "_target_" not in logger_cfg:
             continue
-        extra = {"id": stable_run_id(output_dir), **wandb_arguments} if name == "wandb" else {}
+        if name == "wandb":
+            finish_stale_wandb_run()
+        extra = {"id": stable_run_id(output_dir), "tags": run_tags(cfg), **wandb_arguments} if name == "wandb" else {}
+        if name == "wandb" and not cfg.get("sweep_name") and is_multirun():
+            extra.setdefault("group", multirun_group())
+        if name == "wandb" and not logger_cfg.get("offline", True) and os.environ.get("WANDB_MODE") != "disabled":
+            check_wandb_reachable()
         loggers.append(build(logger_cfg, f"logger.{name}", **extra))
     return loggers
 
@@ -515,6 +576,9 @@ def finish(results: RunResults, output_dir: Path, trainer, loggers: list, log: l
             if isinstance(lg, WandbLogger):
                 lg.experiment.summary["status"] = results.get("status")
         print_summary(results, output_dir, loggers, log)
+        for lg in loggers:  # the W&B run ends with its job: the next job of an in-process multirun starts its own
+            if isinstance(lg, WandbLogger):
+                lg.experiment.finish()
 
 
 #: Where a run keeps its composed config: Hydra's layout (``config.yaml``, ``hydra.yaml``, ``overrides.yaml``).
