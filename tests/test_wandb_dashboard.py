@@ -96,3 +96,17 @@ def test_online_wandb_without_a_reachable_server_fails_in_one_line(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("canonical_network.train: error: logger=wandb logs online") and f"127.0.0.1:{port}" in last
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_diagnoses_figures_reach_wandb_with_their_pixels(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "canonical_network.diagnose", "experiment=rotmnist/cn_p4",
+                             "diagnose.num_samples=8", "logger=wandb", f"hydra.run.dir={tmp_path / 'diag'}"],
+                            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "WANDB_MODE": "offline"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    (folder,) = (tmp_path / "diag" / "wandb").glob("offline-run-*")
+    run = read_offline_run(folder)
+    for name in ("canonical_pairs", "pose"):
+        (media,) = run.media(f"diagnose/{name}")
+        png = tmp_path / "diag" / "figures" / f"{name}.png"
+        assert np.array_equal(_pixels(media), _pixels(png)) and _pixels(media).std() > 10
